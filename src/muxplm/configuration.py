@@ -1,0 +1,163 @@
+"""Configurations of the MUX-PLM model families.
+
+A MUX config is the plain BERT/ELECTRA config plus the multiplexing fields. Invalid
+combinations fail at construction with a ``ValueError`` that names the problem, so a bad
+config never gets as far as building a model.
+"""
+
+from __future__ import annotations
+
+from huggingface_hub.dataclasses import strict
+from transformers import BertConfig, ElectraConfig
+
+MUX_TYPES = ("gaussian_hadamard", "contextual", "binary_hadamard", "random_ortho", "identity")
+DEMUX_TYPES = ("rsa", "prefix", "identity")
+
+# Encoder sizes. small/base/large are the paper's (Section 4); tiny is for CPU work and tests.
+SIZE_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
+    "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096),
+}
+
+# The fields a MUX config adds to its plain parent; also what `from_pretrained` compares
+# between a saved checkpoint and the config asked for.
+MUX_FIELDS = (
+    "num_instances",
+    "mux_type",
+    "demux_type",
+    "mux_key_norm",
+    "learn_mux_keys",
+    "num_demux_layers",
+    "retrieval_loss_weight",
+)
+IDENTITY_FIELDS = ("num_instances", "mux_type", "demux_type")
+
+
+def _validate_mux_fields(config) -> None:
+    n = config.num_instances
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"num_instances must be an integer >= 1, got {n!r}")
+    if config.mux_type not in MUX_TYPES:
+        raise ValueError(f"unknown mux_type {config.mux_type!r}; choose one of {', '.join(MUX_TYPES)}")
+    if config.demux_type not in DEMUX_TYPES:
+        raise ValueError(f"unknown demux_type {config.demux_type!r}; choose one of {', '.join(DEMUX_TYPES)}")
+    for field in ("mux_type", "demux_type"):
+        if getattr(config, field) == "identity" and n != 1:
+            raise ValueError(f"{field}='identity' only makes sense with num_instances=1, got num_instances={n}")
+    if config.mux_type == "identity" and config.demux_type != "identity":
+        raise ValueError("mux_type='identity' needs demux_type='identity' (the plain, un-multiplexed model)")
+    if config.mux_key_norm <= 0:
+        raise ValueError(f"mux_key_norm must be positive, got {config.mux_key_norm}")
+    if config.num_demux_layers < 1:
+        raise ValueError(f"num_demux_layers must be >= 1, got {config.num_demux_layers}")
+    if not 0.0 <= config.retrieval_loss_weight <= 1.0:
+        raise ValueError(f"retrieval_loss_weight must lie in [0, 1], got {config.retrieval_loss_weight}")
+    if config.hidden_size % config.num_attention_heads != 0:
+        raise ValueError(
+            f"hidden_size ({config.hidden_size}) must be a multiple of num_attention_heads "
+            f"({config.num_attention_heads})"
+        )
+    if config.mux_type == "binary_hadamard" and config.mux_width < n:
+        raise ValueError(
+            f"binary_hadamard gives each instance its own block of dimensions: the width "
+            f"{config.mux_width} is smaller than num_instances={n}"
+        )
+    if config.demux_type == "prefix" and config.max_position_embeddings < n + 1:
+        raise ValueError(
+            f"prefix demux adds {n} positions to every sequence, but max_position_embeddings="
+            f"{config.max_position_embeddings} leaves no room for a single token"
+        )
+
+
+def preset_kwargs(preset: str) -> dict[str, int]:
+    if preset not in SIZE_PRESETS:
+        raise ValueError(f"unknown size preset {preset!r}; choose one of {', '.join(SIZE_PRESETS)}")
+    return dict(SIZE_PRESETS[preset])
+
+
+class MuxConfigMixin:
+    """Behaviour shared by the MUX configs (the fields themselves are declared per class,
+    because the strict dataclass machinery reads them from each class body)."""
+
+    @classmethod
+    def from_preset(cls, preset: str, **kwargs):
+        """A config of a named size (``tiny``, ``small``, ``base``, ``large``); kwargs override."""
+        return cls(**{**preset_kwargs(preset), **kwargs})
+
+    @property
+    def mux_width(self) -> int:
+        """Width of the multiplexed vectors: the encoder width (ELECTRA multiplexes after
+        projecting its embeddings to hidden_size)."""
+        return self.hidden_size
+
+    @property
+    def num_prefix_tokens(self) -> int:
+        return self.num_instances if self.demux_type == "prefix" else 0
+
+
+@strict(accept_kwargs=True)
+class MuxBertConfig(MuxConfigMixin, BertConfig):
+    r"""Configuration of a MUX-BERT model.
+
+    Args (beyond [`BertConfig`]'s):
+        num_instances: N, the number of inputs multiplexed into one sequence.
+        mux_type: one of ``gaussian_hadamard`` (paper default), ``contextual``, ``binary_hadamard``,
+            ``random_ortho``, ``identity`` (N=1 only).
+        demux_type: one of ``rsa`` (paper default), ``prefix`` (T-MUX / DataMUX), ``identity`` (N=1 only).
+        mux_key_norm: L2 norm each multiplexing key is rescaled to.
+        learn_mux_keys: train the multiplexing keys (frozen by default, as in the paper).
+        num_demux_layers: layers of the demultiplexing MLP (the first, key-conditioned one included).
+        retrieval_loss_weight: r in ``(1 - r) * task_loss + r * retrieval_loss`` during pre-training.
+
+    Named sizes: ``MuxBertConfig.from_preset("tiny" | "small" | "base" | "large", **overrides)``.
+    """
+
+    model_type = "mux_bert"
+
+    num_instances: int = 2
+    mux_type: str = "gaussian_hadamard"
+    demux_type: str = "rsa"
+    mux_key_norm: float | int = 1.0
+    learn_mux_keys: bool = False
+    num_demux_layers: int = 2
+    retrieval_loss_weight: float | int = 0.0
+
+    def __post_init__(self, **kwargs):
+        _validate_mux_fields(self)
+        super().__post_init__(**kwargs)
+
+
+@strict(accept_kwargs=True)
+class MuxElectraConfig(MuxConfigMixin, ElectraConfig):
+    r"""Configuration of a MUX-ELECTRA model (discriminator only: the generator is a uniform
+    random replacement, no network).
+
+    Takes the same multiplexing arguments as [`MuxBertConfig`], plus:
+        discriminator_loss_weight: weight of the replaced-token-detection loss (50 in ELECTRA).
+        replace_probability: fraction of tokens replaced by random ones during pre-training.
+    """
+
+    model_type = "mux_electra"
+
+    num_instances: int = 2
+    mux_type: str = "gaussian_hadamard"
+    demux_type: str = "rsa"
+    mux_key_norm: float | int = 1.0
+    learn_mux_keys: bool = False
+    num_demux_layers: int = 2
+    retrieval_loss_weight: float | int = 0.0
+    discriminator_loss_weight: float | int = 50.0
+    replace_probability: float | int = 0.15
+
+    def __post_init__(self, **kwargs):
+        _validate_mux_fields(self)
+        super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_preset(cls, preset: str, **kwargs):
+        # The paper's MUX-ELECTRA sizes use one width for embeddings and encoder.
+        sizes = preset_kwargs(preset)
+        sizes.setdefault("embedding_size", sizes["hidden_size"])
+        return cls(**{**sizes, **kwargs})

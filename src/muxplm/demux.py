@@ -1,0 +1,170 @@
+"""Demultiplexers: ``[G, L, H] -> N per-instance representations``, chosen by name.
+
+Each demultiplexer offers two ways out, so that only the positions a head needs are
+computed:
+
+* ``forward(h_mux, positions)`` — dense: every instance at the given token positions
+  (``None`` = all), ``[G, N, P, H]``. Sentence heads ask for position 0, token heads for all.
+* ``gather(h_mux, groups, instances, positions)`` — sparse: one vector per requested
+  (group, instance, position) triple, ``[S, H]``. Used for masked-LM and retrieval targets.
+
+Positions are *token* positions; a demultiplexer that prepends a prefix (T-MUX) shifts them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import initialization as init
+
+DEMUX_REGISTRY: dict[str, type[nn.Module]] = {}
+
+
+def register_demux(name: str):
+    def add(cls):
+        DEMUX_REGISTRY[name] = cls
+        cls.registry_name = name
+        return cls
+
+    return add
+
+
+def build_demux(config) -> nn.Module:
+    try:
+        cls = DEMUX_REGISTRY[config.demux_type]
+    except KeyError:
+        raise ValueError(
+            f"unknown demux_type {config.demux_type!r}; choose one of {', '.join(DEMUX_REGISTRY)}"
+        ) from None
+    return cls(config)
+
+
+class Demultiplexer(nn.Module):
+    registry_name = "base"
+    num_prefix_tokens = 0
+
+    def __init__(self, config):
+        super().__init__()
+        self.num_instances = config.num_instances
+
+    def prefix_embeddings(self, slot_index: torch.Tensor) -> torch.Tensor | None:
+        """Word-level embeddings ``[S, P, E]`` to prepend to each slot's tokens (T-MUX only)."""
+        return None
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+@register_demux("identity")
+class IdentityDemux(Demultiplexer):
+    """N = 1: the encoder output is the instance's output."""
+
+    def forward(self, h_mux: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        h = h_mux if positions is None else h_mux[:, positions]
+        return h[:, None]
+
+    def gather(self, h_mux, groups, instances, positions) -> torch.Tensor:
+        return h_mux[groups, positions]
+
+
+class KeyedMLP(nn.Module):
+    """``MLP([k ; h])``: Linear(2H -> H), GELU, LayerNorm, then residual blocks of
+    Linear(H -> H), GELU, LayerNorm.
+
+    The first linear layer is kept as its two halves, ``W_k k + W_h h``, so callers can
+    compute ``W_h h`` once per group and position and add the N projected keys to it,
+    instead of running a 2H-wide layer N times.
+    """
+
+    def __init__(self, hidden_size: int, num_layers: int, eps: float):
+        super().__init__()
+        self.key_proj = nn.Linear(hidden_size, hidden_size, bias=False)
+        self.hidden_proj = nn.Linear(hidden_size, hidden_size)
+        self.norm = nn.LayerNorm(hidden_size, eps=eps)
+        self.blocks = nn.ModuleList(_ResidualBlock(hidden_size, eps) for _ in range(num_layers - 1))
+
+    def finish(self, pre_activation: torch.Tensor) -> torch.Tensor:
+        x = self.norm(F.gelu(pre_activation))
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, hidden_size: int, eps: float):
+        super().__init__()
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.norm = nn.LayerNorm(hidden_size, eps=eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + F.gelu(self.dense(x)))
+
+
+class _KeyedDemux(Demultiplexer):
+    """Shared body of the RSA and prefix demultiplexers; they differ only in where the
+    per-instance key comes from: each defines ``projected_keys(h_mux)``, the keys after the
+    key half of the first layer, ``W_k k_i``, shaped ``[1 or G, N, H]``."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mlp = KeyedMLP(config.hidden_size, config.num_demux_layers, config.layer_norm_eps)
+
+    def forward(self, h_mux: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        keys = self.projected_keys(h_mux)  # [1 or G, N, H]
+        tokens = h_mux[:, self.num_prefix_tokens :]
+        if positions is not None:
+            tokens = tokens[:, positions]
+        shared = self.mlp.hidden_proj(tokens)  # [G, P, H], once per group, not per instance
+        return self.mlp.finish(shared[:, None] + keys[:, :, None])
+
+    def gather(self, h_mux, groups, instances, positions) -> torch.Tensor:
+        keys = self.projected_keys(h_mux)
+        key_rows = keys[groups if keys.shape[0] > 1 else torch.zeros_like(groups), instances]
+        hidden = self.mlp.hidden_proj(h_mux[groups, positions + self.num_prefix_tokens])
+        return self.mlp.finish(hidden + key_rows)
+
+
+@register_demux("rsa")
+class RSADemux(_KeyedDemux):
+    """The paper's RSA-inspired demultiplexer: N learned private keys ``k_i``."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.keys = nn.Parameter(torch.empty(config.num_instances, config.hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.keys)
+
+    def projected_keys(self, h_mux: torch.Tensor) -> torch.Tensor:
+        return self.mlp.key_proj(self.keys)[None]
+
+
+@register_demux("prefix")
+class PrefixDemux(_KeyedDemux):
+    """T-MUX (DataMUX) demultiplexer. Instance i of a group gets a prefix of N tokens, all
+    a shared filler token except position i, which holds instance i's marker token. After
+    the encoder, the output at prefix position i plays the role of instance i's key. Costs
+    N extra positions per sequence."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_prefix_tokens = config.num_instances
+        width = getattr(config, "embedding_size", config.hidden_size)
+        # Rows 0..N-1 are the instance markers, row N the filler.
+        self.prefix_tokens = nn.Embedding(config.num_instances + 1, width)
+        prefix_ids = torch.full((config.num_instances, config.num_instances), config.num_instances)
+        prefix_ids.fill_diagonal_(0)
+        prefix_ids += torch.diag(torch.arange(config.num_instances))
+        self.register_buffer("prefix_ids", prefix_ids, persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.prefix_tokens.weight, std=0.02)
+
+    def prefix_embeddings(self, slot_index: torch.Tensor) -> torch.Tensor:
+        return self.prefix_tokens(self.prefix_ids[slot_index % self.num_instances])
+
+    def projected_keys(self, h_mux: torch.Tensor) -> torch.Tensor:
+        return self.mlp.key_proj(h_mux[:, : self.num_prefix_tokens])

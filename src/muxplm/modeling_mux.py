@@ -1,0 +1,543 @@
+"""The multiplexed forward pass and the task heads, shared by the MUX-BERT and MUX-ELECTRA
+families. The family modules (``modeling_bert``, ``modeling_electra``) only pick the
+embedding/encoder blocks and the pre-training head; everything else lives here once.
+
+Forward pass (DESIGN.md §1): embed each instance once -> group (:mod:`muxplm.grouping`) ->
+multiplex (:mod:`muxplm.mux`) -> the unchanged encoder layers, with a mask that attends a
+position when any instance has a real token there -> demultiplex only the positions a head
+needs (:mod:`muxplm.demux`) -> ungroup to input order -> head.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import AutoConfig, AutoModel, PreTrainedModel
+from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
+from transformers.utils import ModelOutput
+
+from .configuration import IDENTITY_FIELDS
+from .demux import Demultiplexer, build_demux
+from .grouping import GroupPlan, plan_groups
+from .mux import Multiplexer, build_mux
+
+# --------------------------------------------------------------------------- outputs
+
+
+@dataclass
+class MuxModelOutput(ModelOutput):
+    """Output of the base MUX models.
+
+    Args:
+        last_hidden_state: ``[B, L, H]`` demultiplexed per-instance states, in input order.
+        muxed_hidden_state: ``[G, L', H]`` encoder output for the G multiplexed groups
+            (L' = L plus any demux prefix).
+        hidden_states: with ``output_hidden_states``, the multiplexed input and the output of
+            every encoder layer, each ``[G, L', H]``.
+    """
+
+    last_hidden_state: torch.Tensor | None = None
+    muxed_hidden_state: torch.Tensor | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class MuxRetrievalOutput(ModelOutput):
+    """Output of token-retrieval priming.
+
+    Args:
+        loss: cross-entropy of retrieving the sampled instance's input tokens.
+        logits: ``[S, V]`` for the S sampled (group, position) targets.
+        labels: ``[S]`` the tokens to retrieve (``-100`` where the instance has padding).
+        accuracy: fraction of non-ignored targets retrieved correctly.
+    """
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+    accuracy: torch.Tensor | None = None
+
+
+@dataclass
+class MuxPreTrainingOutput(ModelOutput):
+    """Output of MLM / replaced-token-detection pre-training.
+
+    Args:
+        loss: ``(1 - r) * task_loss + r * retrieval_loss`` (r = ``config.retrieval_loss_weight``).
+        logits: MLM: ``[B, L, V]`` without labels, else ``[M, V]`` for the M labelled positions
+            in row-major order; ELECTRA: ``[B, L]`` replaced-token logits.
+        task_loss / retrieval_loss: the two parts of ``loss``.
+    """
+
+    loss: torch.Tensor | None = None
+    logits: torch.Tensor | None = None
+    task_loss: torch.Tensor | None = None
+    retrieval_loss: torch.Tensor | None = None
+    retrieval_accuracy: torch.Tensor | None = None
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def _check_same_shape(name: str, tensor: torch.Tensor | None, shape: torch.Size) -> None:
+    if tensor is not None and tuple(tensor.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)} but input_ids has shape {tuple(shape)}")
+
+
+def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None) -> None:
+    """Raise a ``ValueError`` naming the problem for inputs the model cannot take."""
+    if not torch.is_tensor(input_ids):
+        raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must have shape [batch, seq_len], got {tuple(input_ids.shape)}")
+    if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {input_ids.dtype}")
+    batch, length = input_ids.shape
+    if batch == 0 or length == 0:
+        raise ValueError(f"input_ids is empty: shape {tuple(input_ids.shape)}")
+    _check_same_shape("attention_mask", attention_mask, input_ids.shape)
+    _check_same_shape("token_type_ids", token_type_ids, input_ids.shape)
+    room = config.max_position_embeddings - config.num_prefix_tokens
+    if length > room:
+        extra = f" minus the {config.num_prefix_tokens}-token demux prefix" if config.num_prefix_tokens else ""
+        raise ValueError(
+            f"sequence length {length} is longer than the model's position table allows: at most {room} "
+            f"tokens (max_position_embeddings={config.max_position_embeddings}{extra}); truncate the input"
+        )
+    low, high = torch.aminmax(input_ids)
+    if low < 0 or high >= config.vocab_size:
+        bad = int(low) if low < 0 else int(high)
+        raise ValueError(f"input_ids contains token id {bad}, outside the vocabulary [0, {config.vocab_size})")
+    if token_type_ids is not None:
+        low, high = torch.aminmax(token_type_ids)
+        if low < 0 or high >= config.type_vocab_size:
+            raise ValueError(f"token_type_ids must lie in [0, {config.type_vocab_size}), got values up to {int(high)}")
+
+
+def validate_labels(labels: torch.Tensor | None, shape: tuple[int, ...], what: str) -> None:
+    if labels is not None and tuple(labels.shape) != tuple(shape):
+        raise ValueError(f"labels for {what} must have shape {tuple(shape)}, got {tuple(labels.shape)}")
+
+
+# --------------------------------------------------------------------------- the forward pass
+
+
+@dataclass
+class MuxState:
+    """The encoder output of one multiplexed batch, with what is needed to demultiplex
+    any subset of it and to map results back to the input order."""
+
+    muxed: torch.Tensor  # [G, L', H]
+    plan: GroupPlan
+    slot_input_ids: torch.Tensor  # [S, L] ids in slot order (fillers: pad)
+    slot_mask: torch.Tensor  # [S, L] bool, False for fillers and padding
+    demux: Demultiplexer
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+
+    def demux_rows(self, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Every output row (copy-major when ensembling) at ``positions``: ``[C*B, P, H]``."""
+        dense = self.demux(self.muxed, positions)  # [G, N, P, H]
+        return self.plan.ungroup(dense.flatten(0, 1))
+
+    def demux_slots(self, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """One vector per (slot, token position) pair: ``[M, H]``."""
+        n = self.plan.num_instances
+        return self.demux.gather(self.muxed, slots // n, slots % n, positions)
+
+    def demux_where(self, selection: torch.Tensor) -> torch.Tensor:
+        """Vectors for the True entries of a ``[B, L]`` boolean selection, row-major: ``[M, H]``."""
+        rows, positions = selection.nonzero(as_tuple=True)
+        return self.demux_slots(self.plan.slot_of[rows], positions)
+
+
+class MuxBackboneMixin:
+    """The multiplexed forward pass of a base model. The family class provides
+    ``embeddings``, ``encoder`` (with ``.layer``), ``mux``, ``demux`` and may override
+    ``project_embeddings``."""
+
+    def project_embeddings(self, embedded: torch.Tensor) -> torch.Tensor:
+        return embedded
+
+    def multiplex(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        composition_seed: int | None = None,
+        ensemble: bool = False,
+        output_hidden_states: bool = False,
+    ) -> MuxState:
+        config = self.config
+        validate_inputs(config, input_ids, attention_mask, token_type_ids)
+        batch, length = input_ids.shape
+        device = input_ids.device
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+
+        n = config.num_instances
+        plan = plan_groups(batch, n, seed=composition_seed, ensemble=ensemble, device=device)
+        pad_id = config.pad_token_id if config.pad_token_id is not None else 0
+        slot_ids = plan.group(input_ids, fill_value=pad_id)
+        slot_mask = plan.group(attention_mask.bool(), fill_value=False)
+        slot_types = plan.group(token_type_ids, fill_value=0)
+        num_slots = plan.num_slots
+
+        prefix = self.demux.num_prefix_tokens
+        if prefix:
+            # T-MUX: prepend the prefix and embed it together with the tokens, once.
+            words = self.embeddings.word_embeddings(slot_ids)
+            prefix_words = self.demux.prefix_embeddings(torch.arange(num_slots, device=device))
+            embedded = self.embeddings(
+                inputs_embeds=torch.cat([prefix_words.to(words.dtype), words], dim=1),
+                token_type_ids=F.pad(slot_types, (prefix, 0)),
+                position_ids=torch.arange(prefix + length, device=device)[None],
+            )
+            full_mask = F.pad(slot_mask, (prefix, 0), value=True) & plan.is_real[:, None]
+        else:
+            embedded = self.embeddings(input_ids=slot_ids, token_type_ids=slot_types)
+            full_mask = slot_mask
+        embedded = self.project_embeddings(embedded)
+        # Fillers contribute nothing to the mixture.
+        embedded = embedded * plan.is_real[:, None, None].to(embedded.dtype)
+
+        groups = num_slots // n
+        grouped = embedded.view(groups, n, prefix + length, -1)
+        grouped_mask = full_mask.view(groups, n, prefix + length)
+        hidden = self.mux(grouped, grouped_mask)
+        # A position is attended if any instance of the group has a real token there.
+        encoder_mask = create_bidirectional_mask(
+            config=config, inputs_embeds=hidden, attention_mask=grouped_mask.any(dim=1)
+        )
+        all_hidden = (hidden,) if output_hidden_states else None
+        for layer in self.encoder.layer:
+            hidden = layer(hidden, encoder_mask)
+            if output_hidden_states:
+                all_hidden += (hidden,)
+        return MuxState(
+            muxed=hidden,
+            plan=plan,
+            slot_input_ids=slot_ids,
+            slot_mask=slot_mask,
+            demux=self.demux,
+            hidden_states=all_hidden,
+        )
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        composition_seed: int | None = None,
+        ensemble: bool = False,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MuxModelOutput:
+        """Multiplex, encode and demultiplex every position.
+
+        Args:
+            composition_seed: shuffle which instances share a group (None keeps input order).
+            ensemble: run every instance N times in different slots and average its states.
+        """
+        state = self.multiplex(
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            composition_seed=composition_seed,
+            ensemble=ensemble,
+            output_hidden_states=bool(output_hidden_states),
+        )
+        return MuxModelOutput(
+            last_hidden_state=state.plan.reduce_copies(state.demux_rows()),
+            muxed_hidden_state=state.muxed,
+            hidden_states=state.hidden_states,
+        )
+
+
+# --------------------------------------------------------------------------- base class
+
+
+class MuxPreTrainedModel(PreTrainedModel):
+    """Weight initialisation, warm start and checked loading for every MUX model.
+
+    Family subclasses set ``config_class``, ``base_model_prefix`` and ``plain_model_type``.
+    """
+
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+    plain_model_type: str = ""
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, (Multiplexer, Demultiplexer)):
+            module.reset_parameters()
+        elif hasattr(module, "position_ids") and hasattr(module, "token_type_ids"):  # embedding buffers
+            init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
+            init.zeros_(module.token_type_ids)
+        elif hasattr(module, "bias") and isinstance(module.bias, nn.Parameter) and hasattr(module, "decoder"):
+            init.zeros_(module.bias)  # the MLM decoder's output bias
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """As in Transformers, but refuses a checkpoint that is not of this family, or whose
+        number of instances or mux/demux type disagrees with the config asked for."""
+        saved = _read_saved_config(pretrained_model_name_or_path)
+        if saved is not None:
+            expected = cls.config_class.model_type
+            found = saved.get("model_type")
+            if found != expected:
+                hint = (
+                    f"; it is a plain {found} checkpoint: use {cls.__name__}.from_encoder(path, num_instances=...)"
+                    f" to multiplex it"
+                    if found == cls.plain_model_type
+                    else ""
+                )
+                raise ValueError(
+                    f"{pretrained_model_name_or_path} holds a {found!r} checkpoint, not {expected!r}{hint}"
+                )
+            requested = kwargs.get("config")
+            for field in IDENTITY_FIELDS:
+                asked = getattr(requested, field, None) if requested is not None else kwargs.get(field)
+                if asked is not None and field in saved and asked != saved[field]:
+                    raise ValueError(
+                        f"checkpoint {pretrained_model_name_or_path} was trained with {field}={saved[field]!r}, "
+                        f"but {field}={asked!r} was asked for; its weights cannot serve that configuration"
+                    )
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+
+    @classmethod
+    def from_encoder(cls, path: str | os.PathLike, **config_overrides):
+        """Warm-start from a plain BERT/ELECTRA checkpoint directory: its embedding and
+        encoder weights are copied, the mux/demux modules and heads start fresh.
+
+        ``config_overrides`` (e.g. ``num_instances=2, num_labels=3``) are applied on top of
+        the plain config.
+        """
+        plain_config = AutoConfig.from_pretrained(path)
+        if plain_config.model_type != cls.plain_model_type:
+            raise ValueError(
+                f"{path} holds a {plain_config.model_type!r} model; {cls.__name__}.from_encoder needs a "
+                f"plain {cls.plain_model_type!r} checkpoint"
+            )
+        settings = plain_config.to_dict()
+        for key in ("model_type", "architectures", "transformers_version", "_name_or_path"):
+            settings.pop(key, None)
+        settings.update(config_overrides)
+        model = cls(cls.config_class(**settings))
+        plain = AutoModel.from_pretrained(path)
+        target = model.base_model
+        for name in ("embeddings", "encoder", "embeddings_project"):
+            source = getattr(plain, name, None)
+            if source is not None:
+                getattr(target, name).load_state_dict(source.state_dict())
+        return model
+
+
+def _read_saved_config(path) -> dict | None:
+    config_file = os.path.join(str(path), "config.json")
+    if not os.path.isfile(config_file):
+        return None
+    try:
+        with open(config_file) as handle:
+            return json.load(handle)
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{config_file} is not a readable JSON config: {error}") from error
+
+
+# --------------------------------------------------------------------------- heads
+
+
+class RetrievalHead(nn.Module):
+    """Predicts an instance's input token from its demultiplexed state (H -> V)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(states)
+
+
+def retrieval_targets(state: MuxState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample, for every group and position, one instance to retrieve (DESIGN.md §2.1).
+
+    Returns the chosen slots ``[G*L]``, positions ``[G*L]`` and labels ``[G*L]``
+    (``-100`` where that instance has padding or is a filler).
+    """
+    n = state.plan.num_instances
+    groups = state.plan.num_groups
+    length = state.slot_input_ids.shape[1]
+    device = state.muxed.device
+    chosen = torch.randint(0, n, (groups, length), device=device)
+    slots = (torch.arange(groups, device=device)[:, None] * n + chosen).flatten()
+    positions = torch.arange(length, device=device).repeat(groups)
+    labels = state.slot_input_ids[slots, positions]
+    labels = labels.masked_fill(~state.slot_mask[slots, positions], -100)
+    return slots, positions, labels
+
+
+def retrieval_loss(head: RetrievalHead, state: MuxState) -> MuxRetrievalOutput:
+    slots, positions, labels = retrieval_targets(state)
+    keep = labels != -100
+    logits = head(state.demux_slots(slots[keep], positions[keep]))
+    targets = labels[keep]
+    loss = F.cross_entropy(logits, targets)
+    accuracy = (logits.argmax(-1) == targets).float().mean()
+    return MuxRetrievalOutput(loss=loss, logits=logits, labels=targets, accuracy=accuracy.detach())
+
+
+def mix_retrieval(model, task_loss: torch.Tensor, state: MuxState) -> MuxPreTrainingOutput:
+    """``(1 - r) * task + r * retrieval`` when the config asks for the auxiliary loss."""
+    weight = model.config.retrieval_loss_weight
+    if not weight:
+        return MuxPreTrainingOutput(loss=task_loss, task_loss=task_loss)
+    aux = retrieval_loss(model.retrieval_head, state)
+    return MuxPreTrainingOutput(
+        loss=(1 - weight) * task_loss + weight * aux.loss,
+        task_loss=task_loss,
+        retrieval_loss=aux.loss,
+        retrieval_accuracy=aux.accuracy,
+    )
+
+
+class MuxHeadMixin:
+    """Common plumbing of the models with a head: builds the base model under the family's
+    prefix (``bert`` / ``electra``) so warm-start and checkpoint names match Transformers'."""
+
+    base_model_class: type
+
+    def _build_base(self, config) -> None:
+        setattr(self, self.base_model_prefix, self.base_model_class(config))
+
+    def _multiplex(self, input_ids, attention_mask, token_type_ids, **kwargs) -> MuxState:
+        return self.base_model.multiplex(input_ids, attention_mask, token_type_ids, **kwargs)
+
+
+class MuxRetrievalMixin(MuxHeadMixin):
+    """Stage 1, token-retrieval priming: for every group and position, retrieve the input
+    token of a randomly chosen instance from the multiplexed encoding."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self._build_base(config)
+        self.retrieval_head = RetrievalHead(config)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        composition_seed: int | None = None,
+        **kwargs,
+    ) -> MuxRetrievalOutput:
+        state = self._multiplex(input_ids, attention_mask, token_type_ids, composition_seed=composition_seed)
+        return retrieval_loss(self.retrieval_head, state)
+
+    @torch.no_grad()
+    def reconstruct(self, input_ids, attention_mask=None, token_type_ids=None, composition_seed=None) -> torch.Tensor:
+        """Every instance's tokens as retrieved from the multiplexed encoding: ``[B, L]``."""
+        state = self._multiplex(input_ids, attention_mask, token_type_ids, composition_seed=composition_seed)
+        return self.retrieval_head(state.demux_rows()).argmax(-1)
+
+
+class _LinearHeadMixin(MuxHeadMixin):
+    """Dropout + linear classifier on demultiplexed states."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self._build_base(config)
+        dropout = getattr(config, "classifier_dropout", None)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+
+class MuxSequenceClassificationMixin(_LinearHeadMixin):
+    """Classification (or regression when ``num_labels == 1``) from the demultiplexed first
+    position; ``ensemble=True`` averages the logits of N copies of every instance."""
+
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        composition_seed: int | None = None,
+        ensemble: bool = False,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        state = self._multiplex(
+            input_ids, attention_mask, token_type_ids, composition_seed=composition_seed, ensemble=ensemble
+        )
+        first = state.demux_rows(torch.zeros(1, dtype=torch.long, device=input_ids.device))[:, 0]
+        logits = state.plan.reduce_copies(self.classifier(self.dropout(first)))
+        loss = None
+        if labels is not None:
+            loss = sequence_classification_loss(self.config, logits, labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    batch = logits.shape[0]
+    if config.num_labels == 1 or config.problem_type == "regression":
+        validate_labels(labels.view(-1) if labels.dim() == 2 else labels, (batch,), "regression")
+        return F.mse_loss(logits.view(-1), labels.view(-1).to(logits.dtype))
+    if config.problem_type == "multi_label_classification":
+        validate_labels(labels, tuple(logits.shape), "multi-label classification")
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+    validate_labels(labels, (batch,), "sequence classification")
+    _check_class_ids(labels, config.num_labels)
+    return F.cross_entropy(logits, labels)
+
+
+def _check_class_ids(labels: torch.Tensor, num_labels: int) -> None:
+    if labels.dtype.is_floating_point:
+        raise ValueError("classification labels must be integer class ids (float labels mean regression: num_labels=1)")
+    if labels.numel() == 0:
+        return
+    low, high = torch.aminmax(labels)
+    if low < 0 or high >= num_labels:
+        bad = int(low) if low < 0 else int(high)
+        raise ValueError(f"label {bad} is outside the model's {num_labels} classes [0, {num_labels})")
+
+
+class MuxTokenClassificationMixin(_LinearHeadMixin):
+    """A label per token from the demultiplexed states of every position."""
+
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        composition_seed: int | None = None,
+        ensemble: bool = False,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        state = self._multiplex(
+            input_ids, attention_mask, token_type_ids, composition_seed=composition_seed, ensemble=ensemble
+        )
+        logits = state.plan.reduce_copies(self.classifier(self.dropout(state.demux_rows())))
+        loss = None
+        if labels is not None:
+            validate_labels(labels, tuple(input_ids.shape), "token classification")
+            _check_class_ids(labels[labels != -100], self.config.num_labels)
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+        return TokenClassifierOutput(loss=loss, logits=logits)

@@ -1,0 +1,154 @@
+"""Multiplexers: ``[G, N, L, H] -> [G, L, H]``, chosen by name from the config.
+
+Every multiplexer takes the embedded instances of each group, already arranged by
+:mod:`muxplm.grouping` (filler slots are all-zero), and their token masks ``[G, N, L]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.models.bert.modeling_bert import BertLayer
+from transformers.masking_utils import create_bidirectional_mask
+
+MUX_REGISTRY: dict[str, type[nn.Module]] = {}
+
+
+def register_mux(name: str):
+    def add(cls):
+        MUX_REGISTRY[name] = cls
+        cls.registry_name = name
+        return cls
+
+    return add
+
+
+def build_mux(config) -> nn.Module:
+    try:
+        cls = MUX_REGISTRY[config.mux_type]
+    except KeyError:
+        raise ValueError(f"unknown mux_type {config.mux_type!r}; choose one of {', '.join(MUX_REGISTRY)}") from None
+    return cls(config)
+
+
+class Multiplexer(nn.Module):
+    """Base class. Subclasses implement ``forward(x, mask)`` and ``reset_parameters()``,
+    which the model's weight initialisation calls (through ``transformers.initialization``,
+    so weights loaded from a checkpoint are never overwritten). Fixed keys come from a
+    seeded generator: two models built from one config multiplex identically."""
+
+    registry_name = "base"
+
+    def __init__(self, config):
+        super().__init__()
+        self.num_instances = config.num_instances
+        self.width = config.mux_width
+        self.key_norm = float(config.mux_key_norm)
+
+    def _generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed(1234 + self.num_instances)
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+@register_mux("identity")
+class IdentityMux(Multiplexer):
+    """N = 1: the plain model."""
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return x[:, 0]
+
+
+@register_mux("gaussian_hadamard")
+class GaussianHadamardMux(Multiplexer):
+    """Non-contextual multiplexing (paper default): ``mean_i(x_i * v_i)`` with fixed Gaussian
+    keys ``v_i`` rescaled to norm ``mux_key_norm``, the same at every position."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.keys = nn.Parameter(torch.empty(self.num_instances, self.width), requires_grad=config.learn_mux_keys)
+        self.reset_parameters()
+
+    def _draw_keys(self) -> torch.Tensor:
+        keys = torch.randn(self.num_instances, self.width, generator=self._generator())
+        return keys / keys.norm(dim=-1, keepdim=True) * self.key_norm
+
+    def reset_parameters(self) -> None:
+        init.copy_(self.keys, self._draw_keys())
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return (x * self.keys[:, None, :].to(x.dtype)).mean(dim=1)
+
+
+@register_mux("binary_hadamard")
+class BinaryHadamardMux(GaussianHadamardMux):
+    """DataMUX ablation: each instance keeps its own random block of H/N dimensions
+    (disjoint 0/1 masks), rescaled to norm ``mux_key_norm``."""
+
+    def _draw_keys(self) -> torch.Tensor:
+        owner = torch.randperm(self.width, generator=self._generator()) % self.num_instances
+        keys = (owner[None, :] == torch.arange(self.num_instances)[:, None]).float()
+        return keys / keys.norm(dim=-1, keepdim=True) * self.key_norm
+
+
+@register_mux("random_ortho")
+class RandomOrthogonalMux(Multiplexer):
+    """DataMUX ablation: ``mean_i(x_i Q_i)`` with a fixed random orthogonal matrix per instance,
+    scaled so a unit vector keeps norm ``mux_key_norm / sqrt(H)`` (matching the Gaussian keys)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.matrices = nn.Parameter(
+            torch.empty(self.num_instances, self.width, self.width), requires_grad=config.learn_mux_keys
+        )
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        gen = self._generator()
+        scale = self.key_norm / math.sqrt(self.width)
+        matrices = []
+        for _ in range(self.num_instances):
+            q, r = torch.linalg.qr(torch.randn(self.width, self.width, generator=gen))
+            matrices.append(q * torch.sign(torch.diagonal(r))[None, :] * scale)  # sign fix: uniform (Haar) draw
+        init.copy_(self.matrices, torch.stack(matrices))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("gnlh,nhk->glk", x, self.matrices.to(x.dtype)) / self.num_instances
+
+
+@register_mux("contextual")
+class ContextualMux(GaussianHadamardMux):
+    """Contextual multiplexing: a Transformer layer over each instance's own tokens
+    (TRANS_ctx), the Gaussian keys, a Transformer layer across the N instances at each
+    position (TRANS_inst), a residual, and the mean over instances."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.config = config
+        self.context_layer = BertLayer(config)
+        self.instance_layer = BertLayer(config)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        g, n, l, h = x.shape
+        flat = x.reshape(g * n, l, h)
+        has_tokens = mask.any(dim=-1)  # False for filler slots
+        # Filler slots have no token to attend to; let them attend everywhere (no NaN
+        # from an all-masked softmax) and zero their output afterwards.
+        token_mask = mask | ~has_tokens[..., None]
+        ctx_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=flat, attention_mask=token_mask.reshape(g * n, l)
+        )
+        ctx = self.context_layer(flat, ctx_mask).view(g, n, l, h) * has_tokens[..., None, None].to(x.dtype)
+        keyed = ctx * self.keys[None, :, None, :].to(x.dtype)
+        # Attend across the N instances at each position: sequences of length N.
+        across = keyed.transpose(1, 2).reshape(g * l, n, h)
+        slot_mask = mask.transpose(1, 2).reshape(g * l, n)
+        # A position where no instance has a token still needs one attendable slot.
+        slot_mask = slot_mask | ~slot_mask.any(dim=-1, keepdim=True)
+        inst_mask = create_bidirectional_mask(config=self.config, inputs_embeds=across, attention_mask=slot_mask)
+        mixed = self.instance_layer(across, inst_mask).view(g, l, n, h).transpose(1, 2)
+        return (keyed + mixed).mean(dim=1)
