@@ -328,7 +328,8 @@ class _RReader:
         version = self._int()
         self.pos += 8  # writer R version, minimal reader version
         if version == 3:
-            self.pos += self._int()  # native encoding name
+            n = self._int()  # length of the native encoding name, which we skip
+            self.pos += n
 
     def _int(self) -> int:
         v = int.from_bytes(self.buf[self.pos:self.pos + 4], "big", signed=True)
