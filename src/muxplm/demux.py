@@ -154,14 +154,18 @@ class PrefixDemux(_KeyedDemux):
         width = getattr(config, "embedding_size", config.hidden_size)
         # Rows 0..N-1 are the instance markers, row N the filler.
         self.prefix_tokens = nn.Embedding(config.num_instances + 1, width)
-        prefix_ids = torch.full((config.num_instances, config.num_instances), config.num_instances)
-        prefix_ids.fill_diagonal_(0)
-        prefix_ids += torch.diag(torch.arange(config.num_instances))
-        self.register_buffer("prefix_ids", prefix_ids, persistent=False)
+        self.register_buffer("prefix_ids", self._prefix_ids(), persistent=False)
         self.reset_parameters()
+
+    def _prefix_ids(self) -> torch.Tensor:
+        """Row i: the filler id N everywhere except position i, which holds marker i."""
+        n = self.num_instances
+        return torch.where(torch.eye(n, dtype=torch.bool), torch.arange(n)[:, None], torch.tensor(n))
 
     def reset_parameters(self) -> None:
         init.normal_(self.prefix_tokens.weight, std=0.02)
+        # Not saved in checkpoints, so it must be rebuilt whenever weights are initialised.
+        init.copy_(self.prefix_ids, self._prefix_ids())
 
     def prefix_embeddings(self, slot_index: torch.Tensor) -> torch.Tensor:
         return self.prefix_tokens(self.prefix_ids[slot_index % self.num_instances])

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from safetensors import SafetensorError
 from torch.nn import functional as F
 from transformers import AutoConfig, AutoModel, PreTrainedModel
 from transformers import initialization as init
@@ -316,7 +317,13 @@ class MuxPreTrainedModel(PreTrainedModel):
                         f"checkpoint {pretrained_model_name_or_path} was trained with {field}={saved[field]!r}, "
                         f"but {field}={asked!r} was asked for; its weights cannot serve that configuration"
                     )
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except SafetensorError as error:
+            raise ValueError(
+                f"the weights in {pretrained_model_name_or_path} are corrupt or incomplete ({error}); "
+                f"re-save or re-download the checkpoint"
+            ) from error
 
     @classmethod
     def from_encoder(cls, path: str | os.PathLike, **config_overrides):
