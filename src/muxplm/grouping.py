@@ -14,6 +14,7 @@ companions. The N outputs of an instance are then averaged.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +36,7 @@ class GroupPlan:
     batch_size: int
     num_instances: int
     num_copies: int
+    has_fillers: bool
 
     @property
     def num_slots(self) -> int:
@@ -47,7 +49,7 @@ class GroupPlan:
     def group(self, batch_tensor: torch.Tensor, fill_value=0) -> torch.Tensor:
         """``[B, ...] -> [num_slots, ...]``; filler slots get ``fill_value``."""
         slots = batch_tensor[self.order]
-        if not bool(self.is_real.all()):
+        if self.has_fillers:
             keep = self.is_real.view(-1, *([1] * (slots.dim() - 1)))
             slots = torch.where(keep, slots, torch.full_like(slots, fill_value))
         return slots
@@ -77,7 +79,16 @@ def plan_groups(
         seed: if given, instances are shuffled with a generator seeded by it before grouping,
             so the same seed always gives the same composition.
         ensemble: repeat each instance ``num_instances`` times (see the module docstring).
+
+    Plans are cached (they are small and never modified), so a serving or benchmark loop
+    with recurring batch shapes builds each one once, not on every forward pass.
     """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    return _cached_plan(int(batch_size), int(num_instances), None if seed is None else int(seed), bool(ensemble), device)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_plan(batch_size: int, num_instances: int, seed: int | None, ensemble: bool, device) -> GroupPlan:
     if batch_size < 1:
         raise ValueError(f"cannot group an empty batch (batch_size={batch_size})")
     n = num_instances
@@ -112,4 +123,5 @@ def plan_groups(
         batch_size=batch_size,
         num_instances=n,
         num_copies=num_copies,
+        has_fillers=bool(not is_real.all()),
     )
