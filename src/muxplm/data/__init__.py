@@ -1,0 +1,42 @@
+"""Data: offline sources, task loaders, tokenization and collators."""
+
+from .collators import MLMCollator, PaddingCollator, ReplacedTokenCollator
+from .sources import SOURCES, ChecksumError, MissingToolError, default_cache_dir, fetch
+from .tasks import (
+    BUILTIN_TASKS,
+    GLUE_TASKS,
+    TaskSpec,
+    brown_to_universal,
+    conll2003_to_rows,
+    get_task,
+    glue_to_rows,
+    load_hub_task,
+    load_local_sentence_task,
+    load_local_token_task,
+    load_ner,
+    load_pos,
+    load_pretraining_corpus,
+    load_sentiment,
+    load_text_files,
+    load_trec,
+    split_fixed,
+    ud_to_rows,
+)
+from .tokenization import (
+    default_tokenizer_path,
+    load_tokenizer,
+    tokenize_pretraining,
+    tokenize_sentence_task,
+    tokenize_token_task,
+)
+
+__all__ = [
+    "SOURCES", "ChecksumError", "MissingToolError", "default_cache_dir", "fetch",
+    "TaskSpec", "BUILTIN_TASKS", "GLUE_TASKS", "get_task", "split_fixed", "brown_to_universal",
+    "load_sentiment", "load_trec", "load_pos", "load_ner", "load_pretraining_corpus",
+    "load_local_sentence_task", "load_local_token_task", "load_text_files",
+    "load_hub_task", "glue_to_rows", "conll2003_to_rows", "ud_to_rows",
+    "default_tokenizer_path", "load_tokenizer",
+    "tokenize_sentence_task", "tokenize_token_task", "tokenize_pretraining",
+    "PaddingCollator", "MLMCollator", "ReplacedTokenCollator",
+]

@@ -1,0 +1,160 @@
+"""Batch collators: padding, MLM masking and ELECTRA-style random replacement (torch only).
+
+Each takes a list of feature dicts (lists of ints, as the tokenization functions produce) and
+returns a dict of tensors. Masking is per instance, before any multiplexing, as the paper does.
+Token ids ([PAD], [MASK], specials) always come from the tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["PaddingCollator", "MLMCollator", "ReplacedTokenCollator"]
+
+IGNORE_INDEX = -100
+
+
+class PaddingCollator:
+    """Right-pad every list-valued feature to the longest in the batch.
+
+    ``input_ids`` pad with the tokenizer's pad id, ``labels`` with ``label_pad`` (-100, ignored
+    by the losses), everything else (attention_mask, token_type_ids, special_tokens_mask, ...)
+    with 0. Scalar features (sentence-task labels) become a 1-D tensor: float labels (regression)
+    float32, integer ones int64. Accepts a tokenizer or a pad token id.
+    """
+
+    def __init__(self, tokenizer_or_pad_id, label_pad: int = IGNORE_INDEX,
+                 pad_to_multiple_of: int | None = None):
+        if isinstance(tokenizer_or_pad_id, int):
+            self.pad_token_id = tokenizer_or_pad_id
+        else:
+            self.pad_token_id = tokenizer_or_pad_id.pad_token_id
+        if self.pad_token_id is None:
+            raise ValueError("tokenizer has no pad token")
+        self.label_pad = label_pad
+        self.pad_to_multiple_of = pad_to_multiple_of
+
+    def _pad_value(self, key: str) -> int:
+        return {"input_ids": self.pad_token_id, "labels": self.label_pad}.get(key, 0)
+
+    def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        if not features:
+            raise ValueError("empty batch")
+        batch = {}
+        for key in features[0]:
+            values = [f[key] for f in features]
+            if isinstance(values[0], torch.Tensor):
+                values = [v.tolist() for v in values]
+            if isinstance(values[0], (list, tuple)):
+                longest = max(len(v) for v in values)
+                if self.pad_to_multiple_of:
+                    m = self.pad_to_multiple_of
+                    longest = -(-longest // m) * m
+                pad = self._pad_value(key)
+                batch[key] = torch.tensor([list(v) + [pad] * (longest - len(v)) for v in values],
+                                          dtype=torch.long)
+            elif isinstance(values[0], (bool, int, float)):
+                is_float = any(isinstance(v, float) for v in values)
+                batch[key] = torch.tensor(values, dtype=torch.float32 if is_float else torch.long)
+            else:
+                raise TypeError(f"feature {key!r} has non-numeric values ({type(values[0]).__name__});"
+                                " remove text columns before collating")
+        return batch
+
+
+class _CorruptingCollator:
+    """Shared parts: padding, candidate positions, exact-count sampling, random tokens."""
+
+    def __init__(self, tokenizer, probability: float, seed: int | None):
+        if not 0.0 < probability < 1.0:
+            raise ValueError("probability must be in (0, 1)")
+        self.tokenizer = tokenizer
+        self.probability = probability
+        self.pad = PaddingCollator(tokenizer)
+        self.special_ids = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+        vocab = torch.arange(len(tokenizer))
+        # Random replacements never produce special tokens ([CLS], [PAD], [MASK] ...).
+        self.replacement_ids = vocab[~torch.isin(vocab, self.special_ids)]
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()  # fresh non-deterministic seed, global RNG untouched
+        else:
+            self.generator.manual_seed(seed)
+
+    def _candidates(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Real (attended), non-special positions: the only ones that may be corrupted."""
+        ids = batch["input_ids"]
+        real = batch["attention_mask"].bool() if "attention_mask" in batch else \
+            ids != self.pad.pad_token_id
+        special = batch.pop("special_tokens_mask", None)
+        special = special.bool() if special is not None else torch.isin(ids, self.special_ids)
+        return real & ~special & ~torch.isin(ids, self.special_ids)
+
+    def _select(self, candidates: torch.Tensor) -> torch.Tensor:
+        """Per instance choose round(p * n) (at least 1) of its n candidates uniformly."""
+        n = candidates.sum(dim=1)
+        k = torch.clamp(torch.round(n.float() * self.probability).long(), min=1)
+        k = torch.minimum(k, n)
+        scores = torch.rand(candidates.shape, generator=self.generator)
+        scores[~candidates] = 2.0  # non-candidates sort last
+        ranks = scores.argsort(dim=1).argsort(dim=1)
+        return (ranks < k[:, None]) & candidates
+
+    def _random_tokens(self, shape) -> torch.Tensor:
+        idx = torch.randint(len(self.replacement_ids), shape, generator=self.generator)
+        return self.replacement_ids[idx]
+
+
+class MLMCollator(_CorruptingCollator):
+    """BERT masked-LM corruption per instance.
+
+    Of each instance's real non-special tokens, ``round(mlm_probability * n)`` (at least one) are
+    chosen; of those 80% become [MASK], 10% a uniformly random non-special vocabulary token,
+    10% stay unchanged. ``labels`` = original id at chosen positions, -100 elsewhere.
+    ``seed`` makes the masks reproducible (the generator advances from batch to batch).
+    """
+
+    def __init__(self, tokenizer, mlm_probability: float = 0.15, seed: int | None = None):
+        super().__init__(tokenizer, mlm_probability, seed)
+        if tokenizer.mask_token_id is None:
+            raise ValueError("tokenizer has no [MASK] token")
+        self.mask_token_id = tokenizer.mask_token_id
+
+    def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        batch = self.pad([{k: v for k, v in f.items() if k != "labels"} for f in features])
+        chosen = self._select(self._candidates(batch))
+        ids = batch["input_ids"]
+        labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE_INDEX))
+        r = torch.rand(ids.shape, generator=self.generator)
+        to_mask = chosen & (r < 0.8)
+        to_random = chosen & (r >= 0.8) & (r < 0.9)
+        ids = torch.where(to_mask, torch.full_like(ids, self.mask_token_id), ids)
+        ids = torch.where(to_random, self._random_tokens(ids.shape), ids)
+        batch["input_ids"], batch["labels"] = ids, labels
+        return batch
+
+
+class ReplacedTokenCollator(_CorruptingCollator):
+    """ELECTRA-style replaced-token detection without a generator network (MUX-ELECTRA).
+
+    ``round(replace_probability * n)`` (at least one) of each instance's real non-special tokens
+    are replaced by uniformly random non-special vocabulary tokens. ``labels``: 1 where the token
+    now differs from the original, 0 on the other real tokens (including a "replacement" that
+    happened to draw the same id), -100 on padding and special tokens.
+    """
+
+    def __init__(self, tokenizer, replace_probability: float = 0.15, seed: int | None = None):
+        super().__init__(tokenizer, replace_probability, seed)
+
+    def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
+        batch = self.pad([{k: v for k, v in f.items() if k != "labels"} for f in features])
+        candidates = self._candidates(batch)
+        chosen = self._select(candidates)
+        orig = batch["input_ids"]
+        ids = torch.where(chosen, self._random_tokens(orig.shape), orig)
+        labels = torch.full_like(orig, IGNORE_INDEX)
+        labels[candidates] = (ids != orig)[candidates].long()
+        batch["input_ids"], batch["labels"] = ids, labels
+        return batch
