@@ -170,7 +170,15 @@ def _download(source: Source, dest: Path) -> Path:
     elif source.kind == "deb":
         hint = (f"apt-get (Debian/Ubuntu) is needed for this source; {skip}. If apt-get exists but "
                 "fails, run `apt-get update` (the pinned version is the Debian bookworm one)")
-        _run(["apt-get", "download", f"{source.package}={source.version}"], dest, hint)
+        command = ["apt-get", "download", f"{source.package}={source.version}"]
+        try:
+            _run(command, dest, hint)
+        except RuntimeError:
+            # A fresh machine often has no package lists yet; refresh them once (root only).
+            if os.geteuid() != 0:
+                raise
+            _run(["apt-get", "update", "-qq"], dest, hint)
+            _run(command, dest, hint)
     else:
         raise ValueError(f"unknown source kind {source.kind!r}")
     files = [p for p in dest.iterdir() if p.is_file()]
