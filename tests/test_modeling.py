@@ -91,6 +91,8 @@ def test_save_and_load_give_identical_outputs_and_auto_classes_work(n, mux, demu
     assert (tmp_path / "model.safetensors").exists()
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     assert type(loaded) is MuxBertForSequenceClassification
+    trainable = {name: p.requires_grad for name, p in model.named_parameters()}
+    assert {name: p.requires_grad for name, p in loaded.named_parameters()} == trainable  # keys stay frozen
     with torch.no_grad():
         assert torch.allclose(model(**batch).logits, loaded(**batch).logits, atol=1e-6)
     base = AutoModel.from_pretrained(tmp_path)

@@ -318,12 +318,20 @@ class MuxPreTrainedModel(PreTrainedModel):
                         f"but {field}={asked!r} was asked for; its weights cannot serve that configuration"
                     )
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except SafetensorError as error:
             raise ValueError(
                 f"the weights in {pretrained_model_name_or_path} are corrupt or incomplete ({error}); "
                 f"re-save or re-download the checkpoint"
             ) from error
+        # Loading hands back trainable parameters: fixed multiplexing keys must stay frozen.
+        # A multiplexer's own (non-submodule) parameters are exactly its keys.
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        for module in model.modules():
+            if isinstance(module, Multiplexer):
+                for key in module.parameters(recurse=False):
+                    key.requires_grad_(bool(model.config.learn_mux_keys))
+        return loaded
 
     @classmethod
     def from_encoder(cls, path: str | os.PathLike, **config_overrides):
