@@ -1,0 +1,104 @@
+"""Atomic, resumable training checkpoints.
+
+A checkpoint is a folder ``checkpoint-<step>`` holding the model (``save_pretrained``:
+config.json + model.safetensors), the tokenizer, ``optimizer.pt``, ``scheduler.pt``, one
+``rng_state_<rank>.pt`` per process and ``trainer_state.json`` (step, data position, config).
+Every file is first written into ``.tmp-checkpoint-<step>`` next to the target, which is
+renamed into place only when complete, and ``trainer_state.json`` is written last: a crash
+mid-write leaves at most a temp folder, which resume ignores and the next save removes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STATE_FILE = "trainer_state.json"
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def checkpoint_dirs(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints in ``output_dir``, oldest (lowest step) first."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _CHECKPOINT.match(child.name)
+        if match and child.is_dir() and (child / STATE_FILE).is_file():
+            found.append((int(match.group(1)), child))
+    return [path for _, path in sorted(found)]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    dirs = checkpoint_dirs(output_dir)
+    return dirs[-1] if dirs else None
+
+
+def staging_dir(output_dir: str | Path, step: int) -> Path:
+    return Path(output_dir) / f".tmp-checkpoint-{step}"
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def write_json_atomic(path: Path, payload: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as handle:
+        json.dump(payload, handle, indent=1, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def publish(staging: Path, final: Path) -> None:
+    """Move a finished staging folder to its final name (replacing an older copy)."""
+    if final.exists():
+        old = final.with_name(f".old-{final.name}")
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        os.replace(staging, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, final)
+
+
+def rotate(output_dir: str | Path, keep: int | None, protect: Path | None = None) -> list[Path]:
+    """Delete the oldest complete checkpoints beyond ``keep``; never ``protect``."""
+    if keep is None:
+        return []
+    dirs = checkpoint_dirs(output_dir)
+    removed = []
+    for path in dirs[: max(len(dirs) - keep, 0)]:
+        if protect is not None and path.resolve() == Path(protect).resolve():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def read_state(checkpoint: str | Path) -> dict[str, Any]:
+    path = Path(checkpoint) / STATE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{checkpoint} is not a complete training checkpoint (no {STATE_FILE})")
+    return json.loads(path.read_text())

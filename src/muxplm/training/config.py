@@ -1,0 +1,198 @@
+"""Training configuration: one dataclass for all three stages, its defaults and config files.
+
+Unset hyper-parameters (``None``) are filled in by :func:`resolve` from the recipe of the
+stage and model size: the paper's values (DESIGN.md §2) for the ``small``/``base``/``large``
+presets, and a CPU recipe for ``tiny`` that learns something within minutes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STAGES = ("retrieval", "mlm", "electra", "finetune")
+PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
+FAMILIES = ("bert", "electra")
+MIXED_PRECISION = ("no", "bf16", "fp16", "auto")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs. Field names match the CLI flags (``--max-steps`` ->
+    ``max_steps``) and the keys of a ``--config`` file."""
+
+    stage: str = "finetune"
+    output_dir: str = "runs/muxplm"
+    # model: a size preset (fresh weights), a MUX checkpoint, or a plain BERT/ELECTRA encoder
+    preset: str | None = None
+    init: str | None = None
+    init_encoder: str | None = None
+    family: str | None = None  # bert | electra (default: from --init, else by stage)
+    num_instances: int | None = None
+    mux_type: str | None = None
+    demux_type: str | None = None
+    retrieval_loss_weight: float | None = None
+    dropout: float | None = None
+    model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"num_hidden_layers": 2}
+    tokenizer: str | None = None
+    # data
+    task: str | None = None
+    task_kind: str | None = None  # sentence | token, for local files
+    train_file: list[str] = field(default_factory=list)
+    validation_file: str | None = None
+    cache_dir: str | None = None
+    max_train_examples: int | None = None
+    max_eval_examples: int | None = None
+    corpus_max_words: int | None = None
+    corpus_sources: list[str] | None = None  # parts of the built-in corpus (default: all)
+    mlm_probability: float = 0.15
+    # optimisation
+    lr: float | None = None
+    batch_size: int | None = None  # per process
+    eval_batch_size: int | None = None
+    gradient_accumulation_steps: int = 1
+    max_steps: int | None = None
+    num_epochs: float | None = None
+    warmup_ratio: float | None = None
+    warmup_steps: int | None = None
+    weight_decay: float | None = None
+    adam_eps: float = 1e-6
+    max_grad_norm: float = 1.0
+    max_length: int | None = None
+    seed: int = 42
+    mixed_precision: str = "no"
+    # bookkeeping
+    eval_steps: int | None = None
+    save_steps: int | None = None
+    logging_steps: int | None = None
+    save_total_limit: int | None = 2
+    resume: bool = False
+    progress: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FIELD_NAMES = {f.name for f in dataclasses.fields(TrainConfig)}
+
+# Paper recipe (DESIGN.md §2): priming 10k steps at 1e-4; pre-training 1e-4, 10k warmup, batch
+# 256, seq 512; fine-tuning 2e-5 (5e-5 also studied), warmup 10%, weight decay 0, batch 32, seq 128.
+PAPER_RECIPE = {
+    "retrieval": dict(lr=1e-4, batch_size=256, max_length=512, max_steps=10_000, warmup_steps=1000,
+                      weight_decay=0.01, eval_steps=1000, save_steps=1000, logging_steps=50),
+    "mlm": dict(lr=1e-4, batch_size=256, max_length=512, max_steps=1_000_000, warmup_steps=10_000,
+                weight_decay=0.01, eval_steps=10_000, save_steps=10_000, logging_steps=100),
+    "finetune": dict(lr=2e-5, batch_size=32, max_length=128, num_epochs=3.0, warmup_ratio=0.1,
+                     weight_decay=0.0, eval_steps=1000, save_steps=1000, logging_steps=50),
+}
+PAPER_RECIPE["electra"] = dict(PAPER_RECIPE["mlm"])
+
+# CPU recipe for the tiny preset: short sequences, higher learning rates, a few hundred steps.
+TINY_RECIPE = {
+    "retrieval": dict(lr=1e-3, batch_size=32, max_length=64, max_steps=300, warmup_ratio=0.1,
+                      weight_decay=0.01, eval_steps=100, save_steps=100, logging_steps=10),
+    "mlm": dict(lr=5e-4, batch_size=32, max_length=64, max_steps=400, warmup_ratio=0.1,
+                weight_decay=0.01, eval_steps=200, save_steps=200, logging_steps=10),
+    "finetune": dict(lr=1e-4, batch_size=32, max_length=64, num_epochs=3.0, warmup_ratio=0.1,
+                     weight_decay=0.0, eval_steps=200, save_steps=200, logging_steps=10),
+}
+TINY_RECIPE["electra"] = dict(TINY_RECIPE["mlm"])
+
+
+def recipe_for(stage: str, size: str | None) -> dict[str, Any]:
+    return dict((TINY_RECIPE if size == "tiny" else PAPER_RECIPE)[stage])
+
+
+def resolve(config: TrainConfig, size: str | None) -> TrainConfig:
+    """A copy of ``config`` with every unset hyper-parameter taken from the recipe for its stage
+    and model size (``size`` = the preset name, or the preset the loaded model matches)."""
+    values = config.to_dict()
+    for key, value in recipe_for(config.stage, size).items():
+        if values.get(key) is None:
+            values[key] = value
+    if values["max_steps"] is None and values["num_epochs"] is None:
+        values["num_epochs"] = 1.0
+    if values["warmup_steps"] is None and values["warmup_ratio"] is None:
+        values["warmup_ratio"] = 0.0
+    if values["eval_batch_size"] is None:
+        values["eval_batch_size"] = max(values["batch_size"], 64)
+    resolved = TrainConfig(**values)
+    validate(resolved)
+    return resolved
+
+
+def validate(config: TrainConfig) -> None:
+    """Raise ``ValueError`` for settings that cannot work, naming the setting."""
+    if config.stage not in STAGES:
+        raise ValueError(f"unknown stage {config.stage!r}; choose one of {', '.join(STAGES)}")
+    if config.family is not None and config.family not in FAMILIES:
+        raise ValueError(f"unknown model family {config.family!r}; choose one of {', '.join(FAMILIES)}")
+    if config.mixed_precision not in MIXED_PRECISION:
+        raise ValueError(f"mixed_precision must be one of {', '.join(MIXED_PRECISION)}")
+    sources = [name for name in ("preset", "init", "init_encoder") if getattr(config, name)]
+    if len(sources) > 1:
+        raise ValueError(f"give only one of --preset, --init, --init-encoder (got {', '.join(sources)})")
+    if config.stage == "finetune" and not (config.task or config.train_file):
+        raise ValueError("fine-tuning needs --task NAME or --train-file FILE")
+    if config.task_kind not in (None, "sentence", "token"):
+        raise ValueError(f"task_kind must be 'sentence' or 'token', got {config.task_kind!r}")
+    positive = ("lr", "batch_size", "eval_batch_size", "max_length", "gradient_accumulation_steps")
+    for name in positive:
+        value = getattr(config, name)
+        if value is not None and value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+    for name in ("max_steps", "eval_steps", "save_steps", "logging_steps"):
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if config.num_epochs is not None and config.num_epochs <= 0:
+        raise ValueError(f"num_epochs must be positive, got {config.num_epochs}")
+    if config.warmup_ratio is not None and not 0 <= config.warmup_ratio < 1:
+        raise ValueError(f"warmup_ratio must lie in [0, 1), got {config.warmup_ratio}")
+    if config.save_total_limit is not None and config.save_total_limit < 1:
+        raise ValueError(f"save_total_limit must be >= 1 (or unset for no limit), got {config.save_total_limit}")
+    if not 0 < config.mlm_probability < 1:
+        raise ValueError(f"mlm_probability must lie in (0, 1), got {config.mlm_probability}")
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Settings from a JSON or YAML file (YAML needs pyyaml); keys may use ``-`` or ``_``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file {path} not found")
+    text = path.read_text()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError:
+            raise ValueError(f"{path}: reading YAML needs pyyaml (pip install pyyaml), or use JSON") from None
+        data = yaml.safe_load(text) or {}
+    else:
+        try:
+            data = json.loads(text) if text.strip() else {}
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file must hold a mapping of settings")
+    settings = {str(key).replace("-", "_"): value for key, value in data.items()}
+    unknown = sorted(set(settings) - FIELD_NAMES)
+    if unknown:
+        raise ValueError(f"{path}: unknown setting(s) {', '.join(unknown)}")
+    if isinstance(settings.get("train_file"), str):
+        settings["train_file"] = [settings["train_file"]]
+    return settings
+
+
+def build_config(file_settings: dict[str, Any] | None = None, **flags) -> TrainConfig:
+    """File settings first, then every flag that was given (not ``None``) on top."""
+    values = dict(file_settings or {})
+    values.update({key: value for key, value in flags.items() if value is not None})
+    unknown = sorted(set(values) - FIELD_NAMES)
+    if unknown:
+        raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
+    config = TrainConfig(**values)
+    validate(config)
+    return config

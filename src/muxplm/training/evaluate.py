@@ -1,0 +1,209 @@
+"""Evaluation of fine-tuned MUX models: multi-seed composition, ensembling, throughput.
+
+The paper evaluates every MUX model over several random *compositions* (which instances share
+a group; the ``composition_seed`` forward argument) and reports mean, std, max and the spread
+between the best and worst seed ("lottery tickets"). The whole dev set is scored: batches need
+not be a multiple of N (the model fills the last group itself), and the last batch is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..data import PaddingCollator, TaskSpec
+from ..metrics import compute_task_metrics
+
+
+def predict(model, features, collate, batch_size: int, composition_seed: int | None = None,
+            ensemble: bool = False) -> tuple[list, list]:
+    """Model outputs for every row of ``features`` (tokenized rows with ``labels``), in order.
+
+    Sentence tasks: returns (logits rows, label values). Token tasks: (per-row predicted id
+    lists, per-row label lists), each trimmed to the row's length.
+    """
+    device = next(model.parameters()).device
+    outputs, golds = [], []
+    model.eval()
+    with torch.inference_mode():
+        for index, start in enumerate(range(0, len(features), batch_size)):
+            rows = [features[i] for i in range(start, min(start + batch_size, len(features)))]
+            batch = {key: value.to(device) for key, value in collate(rows).items()}
+            labels = batch.pop("labels")
+            # A different composition per batch, fixed by (seed, batch index).
+            seed = None if composition_seed is None else composition_seed * 1_000_003 + index
+            logits = model(**batch, composition_seed=seed, ensemble=ensemble).logits.float().cpu()
+            if logits.dim() == 3:  # token task: keep each row's real length
+                lengths = batch["attention_mask"].sum(dim=1).tolist()
+                ids = logits.argmax(-1)
+                outputs.extend(ids[i, :n].tolist() for i, n in enumerate(lengths))
+                golds.extend(labels[i, :n].tolist() for i, n in enumerate(lengths))
+            else:
+                outputs.extend(logits)
+                golds.extend(labels.cpu().tolist())
+    return outputs, golds
+
+
+def score(spec: TaskSpec, outputs: list, golds: list) -> dict[str, float]:
+    if spec.kind == "token":
+        return compute_task_metrics(spec, outputs, golds)
+    logits = torch.stack(outputs)
+    predictions = logits.view(-1) if spec.is_regression else logits.argmax(-1)
+    return compute_task_metrics(spec, predictions, torch.tensor(golds))
+
+
+def evaluate_model(model, spec: TaskSpec, features, tokenizer, batch_size: int = 64,
+                   composition_seed: int | None = 0, ensemble: bool = False) -> dict[str, float]:
+    """Metrics of ``model`` on tokenized ``features`` for one composition seed."""
+    collate = PaddingCollator(tokenizer)
+    return score(spec, *predict(model, features, collate, batch_size, composition_seed, ensemble))
+
+
+def summarize(per_seed: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Mean, std (sample), max, min and best-minus-worst of every metric across seeds."""
+    summary = {}
+    for key in per_seed[0]:
+        values = [run[key] for run in per_seed]
+        summary[key] = {
+            "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "max": max(values),
+            "min": min(values),
+            "best_minus_worst": max(values) - min(values),
+        }
+    return summary
+
+
+def evaluate_checkpoint(
+    checkpoint: str | Path,
+    task: str | None = None,
+    *,
+    seeds: int = 5,
+    ensemble: bool = False,
+    batch_size: int = 64,
+    max_length: int | None = None,
+    split: str = "validation",
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    task_kind: str | None = None,
+    max_examples: int | None = None,
+    cache_dir: str | None = None,
+    output_file: str | Path | None = None,
+    device: str | None = None,
+) -> dict[str, Any]:
+    """Evaluate a fine-tuned checkpoint on a task over ``seeds`` composition seeds.
+
+    Returns ``{"checkpoint", "task", "num_instances", "num_examples", "seeds": [...],
+    "per_seed": [metrics...], "summary": {metric: {mean, std, max, min, best_minus_worst}},
+    "ensemble": metrics or None}`` and writes it to ``output_file`` when given.
+    Raises ``ValueError`` when the checkpoint is not a classifier for this kind of task, or
+    its labels do not match the task's.
+    """
+    from .stages import load_classifier, load_task_features
+
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    model, tokenizer = load_classifier(checkpoint)
+    kind = "token" if "TokenClassification" in type(model).__name__ else "sentence"
+    label_names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    spec, features = load_task_features(
+        tokenizer, task=task, train_file=train_file, validation_file=validation_file,
+        task_kind=task_kind or kind, label_names=label_names, max_length=max_length or _max_length(model),
+        cache_dir=cache_dir, splits=(split,), max_examples={split: max_examples},
+    )
+    _check_compatible(spec, kind, label_names, checkpoint)
+    rows = features[split]
+    if len(rows) == 0:
+        raise ValueError(f"the {split} split of {spec.name} is empty")
+    if device:
+        model.to(device)
+    n = model.config.num_instances
+    seed_list = list(range(seeds)) if n > 1 else [0]  # N=1: every composition is the same
+    per_seed = [evaluate_model(model, spec, rows, tokenizer, batch_size, seed) for seed in seed_list]
+    result = {
+        "checkpoint": str(checkpoint), "task": spec.name, "split": split, "num_instances": n,
+        "num_examples": len(rows), "main_metric": spec.metric, "seeds": seed_list,
+        "per_seed": per_seed, "summary": summarize(per_seed),
+        "ensemble": evaluate_model(model, spec, rows, tokenizer, batch_size, 0, ensemble=True)
+        if ensemble else None,
+    }
+    if output_file is not None:
+        Path(output_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(output_file).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _max_length(model) -> int:
+    return min(128, model.config.max_position_embeddings - model.config.num_prefix_tokens)
+
+
+def _check_compatible(spec: TaskSpec, kind: str, label_names: list[str], checkpoint) -> None:
+    if spec.kind != kind:
+        raise ValueError(
+            f"{checkpoint} is a {kind}-classification model but task {spec.name!r} is a {spec.kind}-level task"
+        )
+    if spec.is_regression:
+        if len(label_names) != 1:
+            raise ValueError(f"task {spec.name!r} is a regression task but {checkpoint} is a "
+                             f"{len(label_names)}-class classifier")
+        return
+    if not spec.is_regression and list(spec.label_names) != list(label_names):
+        raise ValueError(
+            f"{checkpoint} was trained with labels {label_names}, but task {spec.name!r} has labels "
+            f"{list(spec.label_names)}"
+        )
+
+
+def results_table(result: dict[str, Any], title: str | None = None):
+    """A rich table of one :func:`evaluate_checkpoint` result."""
+    from rich.table import Table
+
+    table = Table(title=title or f"{result['task']}  N={result['num_instances']}  "
+                                 f"({result['num_examples']} examples, {len(result['seeds'])} seeds)")
+    for column in ("metric", "mean", "std", "max", "best-worst", "ensemble"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for key, stats in result["summary"].items():
+        if key == "main":
+            continue
+        ensemble = result["ensemble"][key] if result.get("ensemble") else None
+        table.add_row(
+            key, f"{stats['mean']:.4f}", f"{stats['std']:.4f}", f"{stats['max']:.4f}",
+            f"{stats['best_minus_worst']:.4f}", "-" if ensemble is None else f"{ensemble:.4f}",
+        )
+    return table
+
+
+@torch.inference_mode()
+def measure_throughput(model, batch_size: int = 128, seq_length: int = 128, num_batches: int = 20,
+                       trials: int = 3, warmup: int = 3, seed: int = 0) -> dict[str, float]:
+    """Inference samples/s: random full-length inputs already on the model's device, warm-up
+    batches first, the mean (and spread) of ``trials`` timings of ``num_batches`` batches."""
+    device = next(model.parameters()).device
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch_size, seq_length), generator=generator).to(device)
+    mask = torch.ones_like(ids)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        model(input_ids=ids, attention_mask=mask)
+    sync()
+    rates = []
+    for _ in range(trials):
+        start = time.perf_counter()
+        for _ in range(num_batches):
+            model(input_ids=ids, attention_mask=mask)
+        sync()
+        rates.append(batch_size * num_batches / (time.perf_counter() - start))
+    return {"samples_per_s": statistics.fmean(rates), "std": statistics.stdev(rates) if trials > 1 else 0.0,
+            "batch_size": batch_size, "seq_length": seq_length, "num_batches": num_batches, "trials": trials}
+

