@@ -1,0 +1,208 @@
+"""``muxplm bench ...`` and ``muxplm analyze ...`` sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from .throughput import CLOCKS, DTYPES, HEADS, VARIANTS
+
+
+def _csv(kind=str):
+    def parse(text: str):
+        try:
+            return [kind(item) for item in text.split(",") if item.strip()]
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(f"bad list {text!r}: {error}") from None
+    return parse
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def register(subparsers) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks (throughput, profiling)")
+    bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK", required=True)
+
+    tp = bench_sub.add_parser(
+        "throughput",
+        help="samples/s of MUX models vs the N=1 model and transformers.BertModel",
+        description="Paper protocol: batch x seq on the device, warm-up, then TRIALS trials of BATCHES "
+        "mini-batches in inference mode, models timed round robin. Prints a table and the target checks; "
+        "writes JSON (+ a PNG next to it) with --output.",
+    )
+    _add_model_grid(tp)
+    tp.add_argument("--heads", type=_csv(), default=list(HEADS), help=f"subset of {','.join(HEADS)}")
+    tp.add_argument("--variants", type=_csv(), default=["default"],
+                    help=f"complementary speed-ups to stack, from {','.join(VARIANTS)} (default: default)")
+    tp.add_argument("--no-transformers", action="store_true", help="skip the transformers.BertModel reference")
+    tp.add_argument("--batch-size", type=int, default=128)
+    tp.add_argument("--seq-len", type=int, default=128)
+    tp.add_argument("--warmup", type=int, default=3, help="warm-up batches per model")
+    tp.add_argument("--trials", type=int, default=3)
+    tp.add_argument("--batches", type=int, default=200, help="mini-batches per trial")
+    tp.add_argument("--clock", choices=CLOCKS, default="wall",
+                    help="wall: elapsed time (paper); process: CPU seconds of this process (shared CPU machines)")
+    tp.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    tp.add_argument("--output", help="results JSON path; the plot goes next to it as .png")
+    tp.set_defaults(func=_run_throughput)
+
+    pf = bench_sub.add_parser("profile", help="per-stage time of one forward pass and the top operators")
+    _add_model_grid(pf)
+    pf.add_argument("--head", choices=HEADS, default="sentence")
+    pf.add_argument("--batch-size", type=int, default=128)
+    pf.add_argument("--seq-len", type=int, default=128)
+    pf.add_argument("--repeats", type=int, default=3)
+    pf.add_argument("--operators", action="store_true", help="also print torch.profiler's operator table")
+    pf.add_argument("--clock", choices=CLOCKS, default="wall", help="wall or process (CPU seconds, CPU only)")
+    pf.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    pf.add_argument("--output", help="write the breakdown as JSON")
+    pf.set_defaults(func=_run_profile)
+
+    analyze = subparsers.add_parser("analyze", help="analyses: pareto, muxology, ensemble, lottery")
+    an_sub = analyze.add_subparsers(dest="analyze_command", metavar="ANALYSIS", required=True)
+
+    mx = an_sub.add_parser("muxology", help="per-layer mean |activation| and attention entropy, MUX vs plain")
+    mx.add_argument("models", nargs="*", help="checkpoint dirs (MUX or plain BERT); default: fresh presets")
+    mx.add_argument("--preset", default="tiny", help="size of the freshly initialised models when no dirs are given")
+    mx.add_argument("--instances", type=_csv(int), default=[1, 2, 5, 10], help="N of the fresh models")
+    mx.add_argument("--text-file", action="append", help="held-out text (one sentence per line); repeatable")
+    mx.add_argument("--num-sentences", type=int, default=300)
+    mx.add_argument("--max-length", type=int, default=64)
+    mx.add_argument("--batch-size", type=int, default=30)
+    mx.add_argument("--tokenizer", help="tokenizer dir (default: the data module's default tokenizer)")
+    mx.add_argument("--device", default=None)
+    mx.add_argument("--output", required=True, help="results JSON path; the figure goes next to it as .png")
+    mx.set_defaults(func=_run_muxology)
+
+    pa = an_sub.add_parser("pareto", help="score vs throughput with the Pareto frontier")
+    pa.add_argument("results", help="JSON list of {name, size, num_instances, score, throughput}")
+    pa.add_argument("--output", required=True, help="figure path (.png); the frontier JSON goes next to it")
+    pa.add_argument("--title", default="score vs throughput")
+    pa.set_defaults(func=_run_pareto)
+
+    for name, help_text in (("ensemble", "gain of ensembling over plain multiplexed inference"),
+                            ("lottery", "best minus worst composition seed")):
+        sub = an_sub.add_parser(name, help=help_text)
+        sub.add_argument("results", nargs="+", help="per-seed evaluation JSON files (or directories of them)")
+        sub.add_argument("--output", help="write <output>.md and <output>.json")
+        sub.set_defaults(func=_run_table, table=name)
+
+
+def _add_model_grid(parser) -> None:
+    parser.add_argument("--sizes", type=_csv(), default=None,
+                        help="subset of tiny,small,base,large (default: all on cuda, tiny,small on cpu)")
+    parser.add_argument("--instances", type=_csv(int), default=[1, 2, 5, 10])
+    parser.add_argument("--mux", type=_csv(), default=["gaussian_hadamard", "contextual"])
+    parser.add_argument("--demux", type=_csv(), default=["rsa", "prefix"])
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+
+
+def _grid(args, variants=("default",), with_transformers=True):
+    import torch
+
+    from .throughput import build_specs
+
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+    device = args.device or _default_device()
+    sizes = args.sizes or (["tiny", "small", "base", "large"] if device.startswith("cuda") else ["tiny", "small"])
+    specs = build_specs(sizes, args.instances, args.mux, args.demux, variants, with_transformers)
+    return specs, device
+
+
+def _run_throughput(args) -> int:
+    from .throughput import format_table, plot_throughput, run_throughput
+
+    specs, device = _grid(args, args.variants, not args.no_transformers)
+    report = run_throughput(
+        specs, args.heads, batch_size=args.batch_size, seq_len=args.seq_len, warmup=args.warmup,
+        trials=args.trials, batches=args.batches, device=device, dtype=args.dtype, clock=args.clock,
+    )
+    print(format_table(report))
+    print("\nTargets:")
+    for check in report["checks"]:
+        print("  " + check["message"])
+    if args.output:
+        _write_json(args.output, report)
+        print(f"wrote {args.output}")
+        if not any(r["num_instances"] > 1 for r in report["results"]):
+            return 0  # nothing to plot against N
+        print(f"wrote {plot_throughput(report, os.path.splitext(args.output)[0] + '.png')}")
+        if len(args.variants) > 1:  # do stacked speed-ups multiply? plot them against the plain model
+            png = plot_throughput(report, os.path.splitext(args.output)[0] + "-vs-default.png", against="default_n1")
+            print(f"wrote {png}")
+    return 0
+
+
+def _run_profile(args) -> int:
+    from .profile import profile_specs
+
+    specs, device = _grid(args, with_transformers=True)
+    results = profile_specs(
+        specs, args.head, batch_size=args.batch_size, seq_len=args.seq_len, repeats=args.repeats,
+        device=device, dtype=args.dtype, clock=args.clock, operators=args.operators,
+    )
+    if args.output:
+        _write_json(args.output, results)
+    return 0
+
+
+def _run_muxology(args) -> int:
+    from .analysis import muxology, muxology_models, plot_muxology, read_sentences
+
+    sentences = read_sentences(args.text_file, args.num_sentences)
+    models = muxology_models(args.models, preset=args.preset, instances=args.instances)
+    report = muxology(
+        models, sentences, tokenizer=args.tokenizer, max_length=args.max_length,
+        batch_size=args.batch_size, device=args.device or _default_device(),
+    )
+    _write_json(args.output, report)
+    png = plot_muxology(report, os.path.splitext(args.output)[0] + ".png")
+    for entry in report["models"]:
+        acts = " ".join(f"{x:.3f}" for x in entry["mean_abs_activation"])
+        ents = " ".join(f"{x:.3f}" for x in entry["attention_entropy"])
+        print(f"{entry['name']}: |act| per layer {acts}; entropy per layer {ents}")
+    print(f"wrote {args.output} and {png}")
+    return 0
+
+
+def _run_pareto(args) -> int:
+    from .analysis import load_records, pareto_frontier, plot_pareto
+
+    records = load_records([args.results])
+    frontier = pareto_frontier(records)
+    plot_pareto(records, args.output, title=args.title)
+    _write_json(os.path.splitext(args.output)[0] + ".json", {"points": records, "frontier": frontier})
+    print("Pareto frontier (highest throughput first):")
+    for point in frontier:
+        print(f"  {point['name']}: score {point['score']:.2f}, {point['throughput']:.1f} samples/s")
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _run_table(args) -> int:
+    from .analysis import ensemble_table, load_records, lottery_table, table_markdown
+
+    records = load_records(args.results)
+    rows = ensemble_table(records) if args.table == "ensemble" else lottery_table(records)
+    markdown = table_markdown(rows)
+    print(markdown)
+    if args.output:
+        base = os.path.splitext(args.output)[0]
+        with open(base + ".md", "w") as handle:
+            handle.write(markdown + "\n")
+        _write_json(base + ".json", rows)
+        print(f"wrote {base}.md and {base}.json")
+    return 0
+
+
+def _write_json(path: str, data) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as handle:
+        json.dump(data, handle, indent=1)

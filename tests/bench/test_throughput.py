@@ -1,0 +1,141 @@
+"""The throughput benchmark's code paths on tiny inputs (never its speed targets)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from muxplm.bench.profile import STAGES, stage_breakdown
+from muxplm.bench.throughput import (
+    ModelSpec,
+    build_model,
+    build_specs,
+    environment,
+    filler_ceiling,
+    format_table,
+    make_inputs,
+    plot_throughput,
+    run_throughput,
+    speedup_target,
+    summarise,
+)
+
+CPU = torch.device("cpu")
+
+
+def test_grid_holds_baselines_and_every_combination():
+    specs = build_specs(["tiny"], [1, 2, 5], ["gaussian_hadamard", "contextual"], ["rsa"], ["default", "int8"])
+    names = [s.name for s in specs]
+    assert len(specs) == 2 * (2 + 2 * 2)  # per variant: N=1, transformers, 2 N x 2 mux
+    assert "tiny/N=1" in names and "tiny/transformers.BertModel[int8]" in names
+    assert "tiny/N=5/contextual+rsa[int8]" in names
+    with pytest.raises(ValueError, match="variant"):
+        build_specs(["tiny"], variants=["fp8"])
+    with pytest.raises(ValueError, match="preset"):
+        build_specs(["huge"])
+
+
+def test_targets_and_filler_ceiling():
+    assert speedup_target(1, "sentence") is None
+    assert speedup_target(2, "sentence") == pytest.approx(1.94)
+    assert speedup_target(5, "sentence") == pytest.approx(4.85)
+    assert speedup_target(10, "sentence") == pytest.approx(9.5)
+    assert speedup_target(5, "token") == pytest.approx(4.75)
+    assert filler_ceiling(128, 10) == pytest.approx(128 / 13)
+    assert filler_ceiling(120, 10) == 10
+
+
+def test_reference_model_matches_n1_muxplm_model():
+    """The transformers reference computes exactly what the N=1 muxplm model computes."""
+    for head in ("sentence", "token"):
+        torch.manual_seed(0)
+        mux = build_model(ModelSpec("tiny"), head, CPU, torch.float32)
+        plain = build_model(ModelSpec("tiny", implementation="transformers"), head, CPU, torch.float32)
+        missing, unexpected = plain.load_state_dict(mux.state_dict(), strict=False)
+        assert not missing, missing
+        inputs = make_inputs(3, 12, CPU)
+        with torch.inference_mode():
+            torch.testing.assert_close(plain(**inputs), mux(**inputs).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_run_throughput_on_tiny_grid(tmp_path):
+    specs = build_specs(["tiny"], [1, 2], ["gaussian_hadamard"], ["rsa"], ["default", "int8"])
+    logs = []
+    report = run_throughput(specs, ("sentence", "token"), batch_size=4, seq_len=8, warmup=0, trials=2,
+                            batches=1, device="cpu", log=logs.append)
+    rows = report["results"]
+    assert len(rows) == 2 * len(specs)
+    assert all(r["throughput"] > 0 and len(r["trial_throughputs"]) == 2 for r in rows)
+    for r in rows:
+        if r["implementation"] == "muxplm" and r["num_instances"] == 1:
+            assert r["speedup_vs_n1"] == pytest.approx(1.0)
+        if r["variant"] == "default":
+            assert r["speedup_vs_default_n1"] == pytest.approx(r["speedup_vs_n1"])
+    mux_rows = [r for r in rows if r["num_instances"] == 2]
+    assert all(r["target_speedup"] == pytest.approx(1.94 if r["head"] == "sentence" else 1.9) for r in mux_rows)
+    # one check per MUX row, one N=1-vs-transformers check per (variant, head)
+    assert len(report["checks"]) == len(mux_rows) + 4
+    assert report["settings"]["batch_size"] == 4 and report["environment"]["torch"] == torch.__version__
+    assert "tiny/N=2/gaussian_hadamard+rsa[int8]" in format_table(report)
+    json.dumps(report)  # serialisable as is
+    png = plot_throughput(report, str(tmp_path / "t.png"))
+    assert (tmp_path / "t.png").stat().st_size > 1000 and png.endswith(".png")
+    plot_throughput(report, str(tmp_path / "stacked.png"), against="default_n1")
+    assert (tmp_path / "stacked.png").stat().st_size > 1000
+
+
+def test_process_clock_and_invalid_settings():
+    specs = build_specs(["tiny"], [1], [], [], with_transformers=False)
+    report = run_throughput(specs, ("sentence",), batch_size=2, seq_len=4, warmup=0, trials=1, batches=1,
+                            clock="process", log=lambda _: None)
+    assert report["results"][0]["cpu_throughput"] > 0 and report["settings"]["clock"] == "process"
+    with pytest.raises(ValueError, match="clock"):
+        run_throughput(specs, clock="gpu-time")
+    with pytest.raises(ValueError, match="batches"):
+        run_throughput(specs, batches=0)
+    with pytest.raises(ValueError, match="dtype"):
+        run_throughput(specs, dtype="int4")
+
+
+def test_int8_outside_cpu_float32_is_recorded_as_failure():
+    specs = [ModelSpec("tiny", variant="int8")]
+    report = run_throughput(specs, ("sentence",), batch_size=2, seq_len=4, warmup=0, trials=1, batches=1,
+                            dtype="bfloat16", log=lambda _: None)
+    assert "float32 only" in report["results"][0]["error"]
+
+
+def _row(size, n, throughput, implementation="muxplm", head="sentence"):
+    mux = ("identity", "identity") if n == 1 else ("gaussian_hadamard", "rsa")
+    spec = ModelSpec(size, n, *mux, implementation=implementation)
+    return dict(size=size, num_instances=n, mux_type=mux[0], demux_type=mux[1], implementation=implementation,
+                variant="default", name=spec.name, head=head, throughput=throughput)
+
+
+def test_summarise_reports_misses_and_their_size():
+    rows = [_row("tiny", 1, 100.0), _row("tiny", 1, 110.0, "transformers"), _row("tiny", 10, 900.0),
+            _row("tiny", 2, 199.0)]
+    report = summarise(rows, dict(batch_size=32), {})
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert not by_name["tiny/N=1"]["met"] and "9.1% slower" in by_name["tiny/N=1"]["message"]
+    ten = by_name["tiny/N=10/gaussian_hadamard+rsa"]
+    assert not ten["met"] and ten["value"] == pytest.approx(9.0)
+    assert "short by 5.3%" in ten["message"] and "filler ceiling 8.00x" in ten["message"]
+    assert by_name["tiny/N=2/gaussian_hadamard+rsa"]["met"]
+    assert rows[2]["speedup_vs_transformers"] == pytest.approx(900 / 110)
+
+
+def test_stage_breakdown_accounts_for_the_forward_pass():
+    model = build_model(ModelSpec("tiny", 2, "gaussian_hadamard", "rsa"), "token", CPU, torch.float32)
+    times = stage_breakdown(model, make_inputs(4, 8, CPU), CPU, repeats=2)
+    assert set(STAGES) <= set(times) and times["encoder"] > 0 and times["demux"] > 0
+    assert times["other"] == pytest.approx(times["total"] - sum(times[s] for s in STAGES))
+    assert math.isfinite(times["total"]) and times["total"] > times["encoder"]
+
+
+def test_environment_records_machine_and_versions():
+    env = environment("cpu")
+    assert env["cpu_cores"] >= 1 and env["transformers"] and env["date"].startswith("20")
+    assert "git_commit" in env
