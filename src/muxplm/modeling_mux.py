@@ -112,14 +112,20 @@ def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None)
             f"sequence length {length} is longer than the model's position table allows: at most {room} "
             f"tokens (max_position_embeddings={config.max_position_embeddings}{extra}); truncate the input"
         )
-    low, high = torch.aminmax(input_ids)
+    # One device->host transfer for all range checks (each separate read would be a GPU sync).
+    bounds = [*torch.aminmax(input_ids)]
+    if token_type_ids is not None:
+        bounds += [*torch.aminmax(token_type_ids)]
+    bounds = torch.stack(bounds).tolist()
+    low, high = bounds[:2]
     if low < 0 or high >= config.vocab_size:
-        bad = int(low) if low < 0 else int(high)
+        bad = low if low < 0 else high
         raise ValueError(f"input_ids contains token id {bad}, outside the vocabulary [0, {config.vocab_size})")
     if token_type_ids is not None:
-        low, high = torch.aminmax(token_type_ids)
+        low, high = bounds[2:]
         if low < 0 or high >= config.type_vocab_size:
-            raise ValueError(f"token_type_ids must lie in [0, {config.type_vocab_size}), got values up to {int(high)}")
+            bad = low if low < 0 else high
+            raise ValueError(f"token_type_ids must lie in [0, {config.type_vocab_size}), got {bad}")
 
 
 def validate_labels(labels: torch.Tensor | None, shape: tuple[int, ...], what: str) -> None:
