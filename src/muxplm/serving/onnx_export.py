@@ -1,0 +1,197 @@
+"""ONNX export of MUX sequence- and token-classification models, and an ONNX Runtime predictor.
+
+The model's own forward pass plans its groups with Python integers (``plan_groups``), which
+an exporter would freeze to the example batch size. The exported graph therefore comes from
+:class:`ExportableMuxClassifier`, which performs the same input-order grouping with shape
+arithmetic the exporter keeps symbolic: pad the batch with filler rows to a multiple of N,
+view it as ``[G, N, L, H]``, multiplex, encode, demultiplex, drop the fillers. Batch and
+sequence axes stay dynamic, including batch sizes that are not multiples of N.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.masking_utils import create_bidirectional_mask
+
+from .predictor import Predictor, _TOKENIZER_FILES
+
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class ExportableMuxClassifier(nn.Module):
+    """Throughput-mode forward of a MUX classifier (groups in input order), written so that
+    the batch size stays a symbolic dimension when exported. Returns logits ``[B, C]``
+    (sentence) or ``[B, L, C]`` (token)."""
+
+    def __init__(self, model):
+        super().__init__()
+        from .predictor import task_of
+
+        self.task = task_of(model)
+        if self.task not in ("sentence", "token"):
+            raise ValueError(f"ONNX export covers sequence and token classification models, not {type(model).__name__}")
+        self.config = model.config
+        self.base = model.base_model
+        self.classifier = model.classifier
+        self.num_instances = model.config.num_instances
+        pad = model.config.pad_token_id
+        self.pad_token_id = 0 if pad is None else int(pad)
+
+    def forward(self, input_ids, attention_mask, token_type_ids):
+        base, n = self.base, self.num_instances
+        batch, length = input_ids.shape
+        fill = (n - batch % n) % n  # filler rows that complete the last group
+        slot_ids = F.pad(input_ids, (0, 0, 0, fill), value=self.pad_token_id)
+        slot_mask = F.pad(attention_mask, (0, 0, 0, fill), value=0).bool()
+        slot_types = F.pad(token_type_ids, (0, 0, 0, fill), value=0)
+        num_slots = batch + fill
+        is_real = torch.arange(num_slots, device=input_ids.device) < batch
+
+        prefix = base.demux.num_prefix_tokens
+        if prefix:
+            words = base.embeddings.word_embeddings(slot_ids)
+            prefix_words = base.demux.prefix_embeddings(torch.arange(num_slots, device=input_ids.device))
+            embedded = base.embeddings(
+                inputs_embeds=torch.cat([prefix_words.to(words.dtype), words], dim=1),
+                token_type_ids=F.pad(slot_types, (prefix, 0)),
+                position_ids=torch.arange(prefix + length, device=input_ids.device)[None],
+            )
+            full_mask = F.pad(slot_mask, (prefix, 0), value=True) & is_real[:, None]
+        else:
+            embedded = base.embeddings(input_ids=slot_ids, token_type_ids=slot_types)
+            full_mask = slot_mask
+        embedded = base.project_embeddings(embedded) * is_real[:, None, None].to(embedded.dtype)
+        width = embedded.shape[-1]
+        grouped = embedded.reshape(-1, n, prefix + length, width)
+        grouped_mask = full_mask.reshape(-1, n, prefix + length)
+        hidden = base.mux(grouped, grouped_mask)
+        encoder_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden, attention_mask=grouped_mask.any(dim=1)
+        )
+        for layer in base.encoder.layer:
+            hidden = layer(hidden, encoder_mask)
+        if self.task == "sentence":
+            states = base.demux(hidden, torch.zeros(1, dtype=torch.long, device=input_ids.device))[:, :, 0]
+        else:
+            states = base.demux(hidden, None)  # [G, N, L, H]
+        states = states.flatten(0, 1)[:batch]
+        return self.classifier(states)
+
+
+def _example_inputs(batch: int, length: int, vocab_size: int):
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, vocab_size, (batch, length), generator=generator)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1:, length // 2 :] = 0  # some padding, so the mask path is traced with real values
+    types = torch.zeros(batch, length, dtype=torch.long)
+    return ids, mask, types
+
+
+def export_onnx(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    opset: int = 17,
+    check: bool = True,
+    example_batch: int | None = None,
+    example_length: int = 16,
+) -> dict:
+    """Export ``model_dir`` to ``out_dir/model.onnx`` (+ config.json and tokenizer files).
+
+    With ``check``, compares ONNX Runtime to PyTorch at a batch size other than the example's
+    (not a multiple of N) and raises if they differ by more than 1e-4.
+    """
+    predictor = Predictor.from_pretrained(model_dir)
+    model = predictor.model.eval()
+    wrapper = ExportableMuxClassifier(model).eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "model.onnx"
+    n = model.config.num_instances
+    batch = example_batch or 2 * n + 1
+    example = _example_inputs(batch, example_length, model.config.vocab_size)
+    output_name = "logits"
+    dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    with torch.no_grad():
+        torch.onnx.export(
+            wrapper, example, str(path), input_names=list(INPUT_NAMES), output_names=[output_name],
+            dynamic_axes={**dynamic, output_name: {0: "batch"} if wrapper.task == "sentence" else {0: "batch", 1: "sequence"}},
+            opset_version=opset, dynamo=False,
+        )
+    # Keep what a server needs next to the graph: the config (labels) and the tokenizer.
+    shutil.copy(Path(model_dir) / "config.json", out / "config.json")
+    for name in os.listdir(model_dir):
+        if name in _TOKENIZER_FILES or name in ("special_tokens_map.json", "tokenizer_config.json"):
+            shutil.copy(Path(model_dir) / name, out / name)
+    result = {"path": str(path), "task": wrapper.task, "num_instances": n}
+    if check:
+        result["max_abs_diff"] = check_parity(model, path, batch=batch + n - 1 if n > 1 else batch + 2)
+        if result["max_abs_diff"] > 1e-4:
+            raise RuntimeError(f"ONNX and PyTorch outputs differ by {result['max_abs_diff']:.2e} (> 1e-4)")
+    (out / "muxplm_onnx.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def onnx_session(path: str | os.PathLike, threads: int | None = None):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def check_parity(model, path, *, batch: int, length: int = 23) -> float:
+    """Largest |ONNX Runtime - PyTorch| logit difference on a random batch."""
+    ids, mask, types = _example_inputs(batch, length, model.config.vocab_size)
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+    got = onnx_session(path).run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
+                                        "token_type_ids": types.numpy()})[0]
+    if task_is_token(model):
+        keep = mask.bool()
+        return float((torch.from_numpy(got)[keep] - expected[keep]).abs().max())
+    return float((torch.from_numpy(got) - expected).abs().max())
+
+
+def task_is_token(model) -> bool:
+    return type(model).__name__.endswith("ForTokenClassification")
+
+
+class OnnxPredictor(Predictor):
+    """A :class:`Predictor` whose forward pass runs in ONNX Runtime (throughput mode only:
+    ensembling needs the PyTorch model's copy layout)."""
+
+    def __init__(self, model, tokenizer, onnx_path, *, threads: int | None = None, **kwargs):
+        super().__init__(model, tokenizer, **kwargs)
+        self.session = onnx_session(onnx_path, threads)
+
+    @classmethod
+    def from_pretrained(cls, path, *, onnx_path=None, threads: int | None = None, max_length: int = 128,
+                        batch_size: int = 64, **kwargs) -> "OnnxPredictor":
+        """``path``: the PyTorch checkpoint (config, tokenizer); ``onnx_path``: an exported graph
+        (default: export into ``path/onnx`` when missing)."""
+        torch_predictor = Predictor.from_pretrained(path, max_length=max_length, batch_size=batch_size, **kwargs)
+        if onnx_path is None:
+            onnx_path = Path(path) / "onnx" / "model.onnx"
+            if not onnx_path.is_file():
+                export_onnx(path, onnx_path.parent)
+        return cls(torch_predictor.model, torch_predictor.tokenizer, onnx_path, threads=threads,
+                   max_length=max_length, batch_size=batch_size)
+
+    def run(self, encoded, *, ensemble: bool = False) -> list[torch.Tensor]:
+        if ensemble:
+            raise ValueError("the ONNX backend serves mode='throughput' only")
+        batch = self.collate(encoded)
+        logits = torch.from_numpy(self.session.run(None, {k: v.cpu().numpy() for k, v in batch.items()})[0])
+        if self.task == "sentence":
+            return list(logits)
+        return [logits[row, : len(item)] for row, item in enumerate(encoded)]

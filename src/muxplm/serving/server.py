@@ -1,0 +1,223 @@
+"""HTTP server: FastAPI app over a :class:`DynamicBatcher`.
+
+Endpoints: ``POST /predict`` (one or many texts, optional text pairs), ``GET /health``,
+``GET /metrics`` (Prometheus text format). Errors are answered, never hung on:
+422 invalid body, 413 too many texts or too many tokens, 429 + Retry-After when the queue is
+full, 500 when the model fails on the batch holding the request, 503 while shutting down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from typing import Annotated, Literal, Optional, Union
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
+
+from .batcher import BatcherClosedError, DynamicBatcher, QueueFullError
+from .metrics import ServingMetrics
+from .predictor import InputTooLongError, Predictor
+
+Texts = Union[StrictStr, Annotated[list[StrictStr], Field(min_length=1)]]
+
+
+class PredictRequest(BaseModel):
+    """One text or a list of texts; ``text_pair`` (same shape) makes sentence pairs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: Texts = Field(description="a text or a list of texts", examples=["a gripping, funny film"])
+    text_pair: Optional[Texts] = Field(None, description="second sentence of each pair (sentence tasks)")
+    mode: Literal["throughput", "ensemble"] = Field(
+        "throughput", description="throughput: N inputs share a pass; ensemble: each input N times, averaged"
+    )
+    truncate: StrictBool = Field(False, description="cut inputs longer than the server's max length")
+
+    @model_validator(mode="after")
+    def _check(self):
+        texts = self.texts()
+        for index, text in enumerate(texts):
+            if not text.strip():
+                raise ValueError(f"text {index} is empty")
+        if self.text_pair is not None:
+            pairs = self.pairs()
+            if isinstance(self.text, str) != isinstance(self.text_pair, str):
+                raise ValueError("text and text_pair must both be strings or both be lists")
+            if len(pairs) != len(texts):
+                raise ValueError(f"{len(texts)} texts but {len(pairs)} text pairs")
+            for index, pair in enumerate(pairs):
+                if not pair.strip():
+                    raise ValueError(f"text_pair {index} is empty")
+        return self
+
+    def texts(self) -> list[str]:
+        return [self.text] if isinstance(self.text, str) else list(self.text)
+
+    def pairs(self) -> list[str] | None:
+        if self.text_pair is None:
+            return None
+        return [self.text_pair] if isinstance(self.text_pair, str) else list(self.text_pair)
+
+
+class Prediction(BaseModel):
+    """Fields present depend on the task: ``label``/``score`` (classification), ``score``
+    (regression), ``words``/``tags``/``scores`` (token tasks), ``token_ids``/``text`` (reconstruct)."""
+
+    label: Optional[str] = None
+    score: Optional[float] = None
+    words: Optional[list[str]] = None
+    tags: Optional[list[Optional[str]]] = None
+    scores: Optional[list[Optional[float]]] = None
+    token_ids: Optional[list[int]] = None
+    text: Optional[str] = None
+
+
+class PredictResponse(BaseModel):
+    predictions: list[Prediction]
+    task: str
+    num_instances: int
+    mode: str
+
+
+def create_app(
+    predictor: Predictor,
+    *,
+    max_batch: int = 64,
+    max_wait_ms: float = 5.0,
+    max_queue: int = 1024,
+    fill_slots: bool = True,
+) -> FastAPI:
+    """The FastAPI app; its batcher starts with the app's lifespan and drains on shutdown."""
+    batcher = DynamicBatcher(
+        predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue, fill_slots=fill_slots
+    )
+    metrics = ServingMetrics(max_batch, lambda: batcher.queue_depth)
+    batcher.on_batch = metrics.observe_batch
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        batcher.start()
+        try:
+            yield
+        finally:
+            # Uvicorn has already waited for open requests; finish anything still queued.
+            await asyncio.to_thread(batcher.close)
+
+    app = FastAPI(
+        title="muxplm server",
+        description="Predictions from a multiplexed language model (N inputs per forward pass).",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.batcher, app.state.metrics, app.state.predictor = batcher, metrics, predictor
+
+    def reply_error(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+        metrics.requests.labels(status=str(status)).inc()
+        return JSONResponse({"detail": message}, status_code=status, headers=headers)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, error: HTTPException):
+        return reply_error(error.status_code, str(error.detail), error.headers)
+
+    from fastapi.exceptions import RequestValidationError
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, error: RequestValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in error.errors()
+        )
+        metrics.requests.labels(status="422").inc()
+        return JSONResponse({"detail": f"invalid request: {problems}"}, status_code=422)
+
+    @app.post(
+        "/predict",
+        response_model=PredictResponse,
+        response_model_exclude_none=True,
+        responses={413: {"description": "too many texts or tokens"}, 429: {"description": "queue full"},
+                   500: {"description": "model error"}, 503: {"description": "shutting down"}},
+    )
+    async def predict(body: PredictRequest):
+        started = time.perf_counter()
+        texts = body.texts()
+        if len(texts) > max_batch:
+            raise HTTPException(413, f"request holds {len(texts)} texts; at most {max_batch} per request (--max-batch)")
+        if body.mode == "ensemble" and predictor.task == "reconstruct":
+            raise HTTPException(422, "the reconstruct task supports only mode='throughput'")
+        try:
+            predictor.check_pairs_supported(body.pairs())
+        except ValueError as error:
+            raise HTTPException(422, str(error)) from None
+        try:
+            # The batcher's worker tokenizes (one call per batch) and decodes.
+            future = batcher.submit_texts(texts, body.pairs(), truncate=body.truncate,
+                                          ensemble=body.mode == "ensemble")
+        except QueueFullError as error:
+            raise HTTPException(429, str(error), headers={"Retry-After": str(error.retry_after)}) from None
+        except BatcherClosedError as error:
+            raise HTTPException(503, str(error)) from None
+        try:
+            predictions = await asyncio.wrap_future(future)
+        except InputTooLongError as error:
+            raise HTTPException(413, f"{error} (server --max-length {predictor.max_length})") from None
+        except Exception as error:  # the model failed on this request's batch
+            raise HTTPException(500, f"model error: {type(error).__name__}: {error}") from None
+        metrics.instances.inc(len(texts))
+        metrics.requests.labels(status="200").inc()
+        metrics.latency.observe(time.perf_counter() - started)
+        # Built here, not through response_model validation: it costs per request and the
+        # decoder already produces exactly these fields.
+        return JSONResponse({"predictions": predictions, "task": predictor.task,
+                             "num_instances": predictor.num_instances, "mode": body.mode})
+
+    @app.get("/health")
+    async def health():
+        status = "ok" if batcher.running else "stopped"
+        return JSONResponse(
+            {"status": status, "queue_depth": batcher.queue_depth, "max_queue": max_queue,
+             "model": predictor.describe()},
+            status_code=200 if batcher.running else 503,
+        )
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    return app
+
+
+def serve(
+    model_dir: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    max_batch: int = 64,
+    max_wait_ms: float = 5.0,
+    max_queue: int = 1024,
+    max_length: int = 128,
+    fill_slots: bool = True,
+    threads: int | None = None,
+    backend: str = "torch",
+    log_level: str = "info",
+) -> None:
+    """Load ``model_dir`` and serve it with uvicorn until interrupted (SIGINT/SIGTERM drain
+    in-flight requests before exiting). ``backend="onnx"`` runs the forward pass in ONNX
+    Runtime (exported into ``model_dir/onnx`` on first use)."""
+    import torch
+    import uvicorn
+
+    if threads:
+        torch.set_num_threads(threads)
+    if backend == "onnx":
+        from .onnx_export import OnnxPredictor
+
+        predictor = OnnxPredictor.from_pretrained(model_dir, threads=threads, max_length=max_length, batch_size=max_batch)
+    elif backend == "torch":
+        predictor = Predictor.from_pretrained(model_dir, max_length=max_length, batch_size=max_batch)
+    else:
+        raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
+    app = create_app(predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
+                     fill_slots=fill_slots)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)

@@ -1,0 +1,148 @@
+"""Predictor: outputs in input order, both modes, pairs, regression, token tags, length
+limits, tokenizer fallback, Transformers pipelines; and the batcher's load-adaptive ensembling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import pipeline
+
+from muxplm.serving import DynamicBatcher, InputTooLongError, Predictor, average_copies, fill_with_copies
+
+TEXTS = [
+    "a gripping and funny film",
+    "the plot drags on forever",
+    "an ordinary afternoon",
+    "brilliant acting, weak script",
+    "i would not watch it again",
+    "the soundtrack is lovely",
+    "unbelievably tedious",
+]
+
+
+def model_logits(predictor, texts, pairs=None, **kwargs):
+    batch = predictor.tokenizer(texts, pairs, padding=True, return_tensors="pt", return_token_type_ids=True)
+    with torch.no_grad():
+        return predictor.model(**batch, **kwargs).logits
+
+
+def test_sentence_predictions_match_the_model_in_input_order(sentence_dir):
+    predictor = Predictor.from_pretrained(sentence_dir)
+    results = predictor.predict(TEXTS)
+    probs = model_logits(predictor, TEXTS).softmax(-1)
+    assert [r["label"] for r in results] == [["neg", "neu", "pos"][i] for i in probs.argmax(-1).tolist()]
+    assert torch.allclose(torch.tensor([r["score"] for r in results]), probs.max(-1).values, atol=1e-5)
+    # A single text and a list of one give the same result.
+    assert predictor.predict("unbelievably tedious") == predictor.predict(["unbelievably tedious"])
+
+
+def test_chunking_keeps_order(sentence_dir):
+    chunked = Predictor.from_pretrained(sentence_dir, batch_size=3)
+    results = chunked.predict(TEXTS)
+    expected = torch.cat([model_logits(chunked, TEXTS[i : i + 3]) for i in range(0, len(TEXTS), 3)]).softmax(-1)
+    assert torch.allclose(torch.tensor([r["score"] for r in results]), expected.max(-1).values, atol=1e-5)
+
+
+def test_ensemble_mode_averages_copies_like_the_model(sentence_dir):
+    predictor = Predictor.from_pretrained(sentence_dir)
+    results = predictor.predict(TEXTS, mode="ensemble")
+    expected = model_logits(predictor, TEXTS, ensemble=True).softmax(-1)
+    plain = model_logits(predictor, TEXTS).softmax(-1)
+    got = torch.tensor([r["score"] for r in results])
+    assert torch.allclose(got, expected.max(-1).values, atol=1e-5)
+    assert not torch.allclose(got, plain.max(-1).values, atol=1e-4)
+    with pytest.raises(ValueError, match="mode"):
+        predictor.predict(TEXTS, mode="fast")
+
+
+def test_pairs_and_regression(regression_dir):
+    predictor = Predictor.from_pretrained(regression_dir)
+    pairs = [("a man plays a guitar", "someone plays music"), ("a cat sleeps", "the market is busy")]
+    results = predictor.predict(pairs)
+    expected = model_logits(predictor, [p[0] for p in pairs], [p[1] for p in pairs])[:, 0]
+    assert [set(r) for r in results] == [{"score"}, {"score"}]
+    assert torch.allclose(torch.tensor([r["score"] for r in results]), expected, atol=1e-5)
+    encoded = predictor.encode([pairs[0][0]], [pairs[0][1]])[0]
+    assert 1 in encoded.token_type_ids  # the second segment is typed
+    with pytest.raises(ValueError, match="pair"):
+        predictor.predict([pairs[0], "a lone text"])
+
+
+def test_token_tags_at_first_subwords(token_dir):
+    predictor = Predictor.from_pretrained(token_dir)
+    sentences = ["unbelievably tedious screenplays here", "Paris is nice"]
+    results = predictor.predict(sentences)
+    words = [s.split() for s in sentences]
+    batch = predictor.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = predictor.model(**batch).logits
+    for row, result in enumerate(results):
+        assert result["words"] == words[row]
+        word_ids = batch.word_ids(row)
+        firsts = [word_ids.index(w) for w in range(len(words[row]))]
+        assert firsts != list(range(1, len(words[row]) + 1)) or row == 1  # row 0 has multi-piece words
+        expected = [predictor.model.config.id2label[int(i)] for i in logits[row, firsts].argmax(-1)]
+        assert result["tags"] == expected
+
+
+def test_length_limit_and_truncation(sentence_dir, token_dir):
+    predictor = Predictor.from_pretrained(sentence_dir, max_length=16)
+    long_text = "word " * 40
+    with pytest.raises(InputTooLongError, match="42 tokens"):
+        predictor.predict(["short", long_text])
+    (result,) = predictor.predict(long_text, truncate=True)
+    assert result["label"] in {"neg", "neu", "pos"}
+    assert len(predictor.encode([long_text], truncate=True)[0]) == 16
+    with pytest.raises(ValueError, match="empty"):
+        predictor.predict(["fine", "   "])
+
+    tagger = Predictor.from_pretrained(token_dir, max_length=8)
+    (tags,) = tagger.predict("one two three four five six seven eight nine ten", truncate=True)
+    assert tags["tags"][:6] != [None] * 6 and tags["tags"][6:] == [None] * 4
+
+
+def test_default_tokenizer_fallback(sentence_dir):
+    assert not (sentence_dir / "tokenizer.json").exists()
+    predictor = Predictor.from_pretrained(sentence_dir)
+    assert predictor.tokenizer.vocab_size == 30522 and predictor.tokenizer.is_fast
+
+
+def test_transformers_pipeline(sentence_dir):
+    predictor = Predictor.from_pretrained(sentence_dir)
+    classify = pipeline("text-classification", model=predictor.model, tokenizer=predictor.tokenizer)
+    (piped,) = classify(["a gripping and funny film"])
+    (ours,) = predictor.predict("a gripping and funny film")
+    assert piped["label"] == ours["label"] and piped["score"] == pytest.approx(ours["score"], abs=1e-5)
+    assert predictor.pipeline()("a gripping and funny film")[0]["label"] == ours["label"]
+
+
+def test_fill_with_copies_and_average():
+    assert fill_with_copies(3, 5) == [0, 1, 2, 0, 1]
+    assert fill_with_copies(10, 5) == list(range(10))
+    assert fill_with_copies(1, 4) == [0, 0, 0, 0]
+    averaged = average_copies([0, 1, 0], [torch.tensor([1.0]), torch.tensor([5.0]), torch.tensor([3.0])], 2)
+    assert [float(a) for a in averaged] == [2.0, 5.0]
+
+
+def test_batcher_fills_empty_slots_with_averaged_copies(sentence_dir):
+    predictor = Predictor.from_pretrained(sentence_dir)
+    assert predictor.num_instances == 5
+    encoded = predictor.encode(["a lonely request"])
+    batcher = DynamicBatcher(predictor, max_wait_ms=0).start()
+    try:
+        (output,) = batcher.submit(encoded).result(timeout=30)
+    finally:
+        batcher.close()
+    copies = model_logits(predictor, ["a lonely request"] * 5)
+    alone = model_logits(predictor, ["a lonely request"])[0]
+    assert torch.allclose(output, copies.mean(0), atol=1e-5)
+    assert not torch.allclose(output, alone, atol=1e-4)  # it really used the copies, not fillers
+    # The copies sit in different slots, so they disagree: the average is not just one of them.
+    assert (copies - copies[0]).abs().max() > 1e-4
+
+    no_fill = DynamicBatcher(predictor, max_wait_ms=0, fill_slots=False).start()
+    try:
+        (output,) = no_fill.submit(encoded).result(timeout=30)
+    finally:
+        no_fill.close()
+    assert torch.allclose(output, alone, atol=1e-5)
