@@ -18,26 +18,14 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
 
-DEMUX_REGISTRY: dict[str, type[nn.Module]] = {}
+from .registry import Registry
 
-
-def register_demux(name: str):
-    def add(cls):
-        DEMUX_REGISTRY[name] = cls
-        cls.registry_name = name
-        return cls
-
-    return add
+DEMUX_REGISTRY = Registry("demux_type")
+register_demux = DEMUX_REGISTRY.register
 
 
 def build_demux(config) -> nn.Module:
-    try:
-        cls = DEMUX_REGISTRY[config.demux_type]
-    except KeyError:
-        raise ValueError(
-            f"unknown demux_type {config.demux_type!r}; choose one of {', '.join(DEMUX_REGISTRY)}"
-        ) from None
-    return cls(config)
+    return DEMUX_REGISTRY.build(config.demux_type, config)
 
 
 class Demultiplexer(nn.Module):

@@ -14,24 +14,14 @@ from transformers import initialization as init
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.masking_utils import create_bidirectional_mask
 
-MUX_REGISTRY: dict[str, type[nn.Module]] = {}
+from .registry import Registry
 
-
-def register_mux(name: str):
-    def add(cls):
-        MUX_REGISTRY[name] = cls
-        cls.registry_name = name
-        return cls
-
-    return add
+MUX_REGISTRY = Registry("mux_type")
+register_mux = MUX_REGISTRY.register
 
 
 def build_mux(config) -> nn.Module:
-    try:
-        cls = MUX_REGISTRY[config.mux_type]
-    except KeyError:
-        raise ValueError(f"unknown mux_type {config.mux_type!r}; choose one of {', '.join(MUX_REGISTRY)}") from None
-    return cls(config)
+    return MUX_REGISTRY.build(config.mux_type, config)
 
 
 class Multiplexer(nn.Module):
