@@ -17,7 +17,6 @@ from muxplm import (
     MuxBertModel,
     MuxElectraConfig,
     MuxElectraForPreTraining,
-    MuxElectraForSequenceClassification,
     MuxElectraForTokenClassification,
     MuxElectraModel,
 )

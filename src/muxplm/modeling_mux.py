@@ -25,9 +25,9 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput
 
 from .configuration import IDENTITY_FIELDS
-from .demux import Demultiplexer, build_demux
+from .demux import Demultiplexer
 from .grouping import GroupPlan, plan_groups
-from .mux import Multiplexer, build_mux
+from .mux import Multiplexer
 
 # --------------------------------------------------------------------------- outputs
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -55,12 +54,12 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     assert complete == {f"checkpoint-{steps - every}", f"checkpoint-{steps}"}
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not on PATH")
 def test_two_process_gloo_run(tmp_path):
     out = tmp_path / "ddp"
     env = {"OMP_NUM_THREADS": "1"}
-    command = ["torchrun", "--nproc_per_node", "2", "--master_port", str(29500 + os.getpid() % 1000),
-               "-m", "muxplm.cli", *MLM, *micro_flags(max_steps=4, save_steps=2, eval_steps=4),
+    # `python -m torch.distributed.run` is torchrun, from this interpreter whatever the PATH.
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_port", str(29500 + os.getpid() % 1000), "-m", "muxplm.cli", *MLM, *micro_flags(max_steps=4, save_steps=2, eval_steps=4),
                "--output-dir", str(out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=240, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr[-3000:]
