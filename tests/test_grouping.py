@@ -46,3 +46,12 @@ def test_reduce_copies_averages():
 def test_empty_batch_is_refused():
     with pytest.raises(ValueError, match="empty batch"):
         plan_groups(0, 2)
+
+
+def test_a_plan_built_in_inference_mode_serves_autograd():
+    with torch.inference_mode():
+        plan_groups(3, 2, seed=123)
+    x = torch.randn(3, 4, requires_grad=True)
+    plan = plan_groups(3, 2, seed=123)  # the cached plan
+    plan.ungroup(plan.group(x) * 2).sum().backward()
+    assert torch.equal(x.grad, torch.full((3, 4), 2.0))

@@ -84,7 +84,11 @@ def plan_groups(
     with recurring batch shapes builds each one once, not on every forward pass.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
-    return _cached_plan(int(batch_size), int(num_instances), None if seed is None else int(seed), bool(ensemble), device)
+    # A plan first built under inference_mode must still serve later autograd passes, so its
+    # tensors are always created as normal tensors.
+    with torch.inference_mode(False):
+        return _cached_plan(int(batch_size), int(num_instances), None if seed is None else int(seed),
+                            bool(ensemble), device)
 
 
 @functools.lru_cache(maxsize=256)
