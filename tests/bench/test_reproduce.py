@@ -117,3 +117,37 @@ def test_recipe_overrides_and_errors():
         resolve_recipe("quick", {"optimizer.lr": 1.0})
     with pytest.raises(ValueError, match="unknown model"):
         run_reproduction("/nonexistent", "quick", models=["gpt"])
+
+
+def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_path):
+    """A second run reuses every stage trained with the same settings; a changed setting
+    retrains that stage, everything downstream of it, and its evaluations, and nothing else."""
+    import shutil
+
+    out, _ = micro_run
+    runs = tmp_path / "runs"
+    shutil.copytree(out.parent / "runs", runs)
+
+    def rerun(overrides):
+        run_reproduction(tmp_path / "out", "quick", models=["bert", "mux-bert-2"], tasks=["sentiment", "ner"],
+                         seeds=2, overrides=overrides, runs_dir=runs, log=lambda *_: None)
+
+    def trained(stage):
+        path = runs / stage if stage.endswith(".json") else runs / stage / "train_results.json"
+        return path.stat().st_mtime_ns
+
+    before = {stage: trained(stage) for stage in ("bert/2-pretrain", "bert/3-ner", "mux-bert-2/1-retrieval",
+                                                  "mux-bert-2/2-pretrain", "mux-bert-2/3-ner",
+                                                  "mux-bert-2/eval-ner.json")}
+    rerun(MICRO)
+    assert {stage: trained(stage) for stage in before} == before
+    # The auxiliary retrieval loss only concerns MUX models: BERT keeps all its stages.
+    rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.2})
+    after = {stage: trained(stage) for stage in before}
+    for stage in ("bert/2-pretrain", "bert/3-ner", "mux-bert-2/1-retrieval"):
+        assert after[stage] == before[stage], stage
+    for stage in ("mux-bert-2/2-pretrain", "mux-bert-2/3-ner", "mux-bert-2/eval-ner.json"):
+        assert after[stage] > before[stage], stage
+    saved = json.loads((runs / "mux-bert-2" / "2-pretrain" / "train_config.json").read_text())
+    assert saved["retrieval_loss_weight"] == 0.2
+    assert json.loads((runs / "bert" / "2-pretrain" / "train_config.json").read_text())["retrieval_loss_weight"] is None

@@ -111,6 +111,8 @@ def register(subparsers) -> None:
     rp.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="override a recipe value, e.g. --set pretrain.max_steps=50 (repeatable)")
     rp.add_argument("--progress", action="store_true", help="show training progress bars")
+    rp.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); with --models and a "
+                    "shared --runs-dir, shards can run side by side and a last run over all models collects them")
     rp.set_defaults(func=_run_reproduce, preset="quick")
 
 
@@ -224,8 +226,12 @@ def _run_table(args) -> int:
 
 
 def _run_reproduce(args) -> int:
+    import torch
+
     from .reproduce import report_text, run_reproduction
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     overrides = {}
     for item in args.set:
         name, sep, value = item.partition("=")

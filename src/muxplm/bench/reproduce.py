@@ -62,8 +62,8 @@ MODELS = {
     "mux-minilm-2": ModelRecipe("MUX-MiniLM N=2 (warm start)", 2, "gaussian_hadamard", "rsa", warm_start=True,
                                 baseline="minilm"),
 }
-DEFAULT_MODELS = ["bert", "mux-bert-2", "mux-bert-5", "mux-bert-10", "tmux-2", "tmux-5", "mux-electra-2",
-                  "contextual-2", "minilm", "mux-minilm-2"]
+DEFAULT_MODELS = ["bert", "mux-bert-2", "mux-bert-5", "mux-bert-10", "tmux-2", "tmux-5", "electra",
+                  "mux-electra-2", "contextual-2", "minilm", "mux-minilm-2"]
 DEFAULT_TASKS = ["sentiment", "trec", "pos", "ner"]
 SENTENCE_TASKS, TOKEN_TASKS = ("sentiment", "trec"), ("pos", "ner")
 
@@ -81,28 +81,31 @@ PRESETS: dict[str, dict[str, Any]] = {
     "quick": dict(
         preset="tiny", model_overrides=_TINY_2L, max_length=32, corpus_max_words=60_000, corpus_sources=None,
         retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
-        pretrain=dict(max_steps=50, lr=1e-3, batch_size=16),
+        pretrain=dict(max_steps=50, lr=1e-3, batch_size=16, retrieval_loss_weight=0.2),
         finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=640, max_eval_examples=200),
         warm=dict(retrieval_steps=10, pretrain_steps=10, lr=1e-4, finetune_lr=5e-5, max_train_examples=320),
         seeds=3, ensemble_models=["mux-bert-2"], mixed_precision="no", device="cpu",
         throughput=dict(batch_size=128, seq_length=32, batches=2, trials=3, warmup=1, clock="process",
                         dtype="float32"),
     ),
-    "full": dict(  # sized from measured CPU step times: 3.7 / 3.0 / 1.3 s per priming / MLM / fine-tuning step
-        preset="tiny", model_overrides={}, max_length=64, corpus_max_words=400_000, corpus_sources=None,
-        retrieval=dict(max_steps=60, lr=1e-3, batch_size=32),
-        pretrain=dict(max_steps=150, lr=5e-4, batch_size=32),
-        finetune=dict(num_epochs=1.0, lr=1e-4, batch_size=32, max_train_examples=2000, max_eval_examples=1000),
-        warm=dict(retrieval_steps=30, pretrain_steps=30, lr=1e-4, finetune_lr=5e-5, max_train_examples=640),
+    # ``full`` is the demo's proven tiny recipe (see muxplm.training.demo) applied to every row;
+    # measured wall seconds per step of 32 x 48 tokens on the idle 2-core machine: N=1 MLM 0.42,
+    # fine-tune 0.33; N=2 priming 0.72, MLM with the auxiliary retrieval loss 1.04, fine-tune 0.17.
+    "full": dict(
+        preset="tiny", model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None,
+        retrieval=dict(max_steps=150, lr=1e-3, batch_size=32),
+        pretrain=dict(max_steps=250, lr=5e-4, batch_size=32, retrieval_loss_weight=0.2),
+        finetune=dict(num_epochs=2.0, lr=2e-4, batch_size=32, max_train_examples=4000, max_eval_examples=1000),
+        warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
         seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
         mixed_precision="no", device="cpu",
-        throughput=dict(batch_size=128, seq_length=64, batches=5, trials=3, warmup=2, clock="process",
+        throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
                         dtype="float32"),
     ),
     "gpu": dict(
         preset="small", model_overrides={}, max_length=128, corpus_max_words=None, corpus_sources=None,
         retrieval=dict(max_steps=300, lr=1e-4, batch_size=128),
-        pretrain=dict(max_steps=1200, lr=5e-4, batch_size=128),
+        pretrain=dict(max_steps=1200, lr=5e-4, batch_size=128, retrieval_loss_weight=0.2),
         finetune=dict(num_epochs=2.0, lr=1e-4, batch_size=64, max_train_examples=20_000, max_eval_examples=None),
         warm=dict(retrieval_steps=200, pretrain_steps=400, lr=1e-4, finetune_lr=5e-5, max_train_examples=20_000),
         seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
@@ -116,12 +119,36 @@ PRESETS: dict[str, dict[str, Any]] = {
 # --------------------------------------------------------------------------- training
 
 
+# Settings that do not change what a stage learns, so a finished stage is reused across them.
+# The starting checkpoint is fixed by the model's row (its previous stage, or the packaged
+# MiniLM), so its path may differ (a moved runs dir) and its freshness is checked instead.
+_BOOKKEEPING = frozenset({"output_dir", "eval_steps", "save_steps", "logging_steps", "save_total_limit",
+                          "resume", "progress", "init", "init_encoder"})
+
+
+def _finished_with(config: TrainConfig) -> bool:
+    """Whether ``config.output_dir`` holds a finished stage trained with these settings (every
+    setting given here equals the saved, resolved one) from the current version of its ``init``
+    checkpoint (a stage retrained upstream makes everything after it stale)."""
+    folder = Path(config.output_dir)
+    if not (folder / "train_results.json").is_file() or not (folder / "train_config.json").is_file():
+        return False
+    upstream = Path(config.init or "") / "train_results.json"
+    if config.init and upstream.is_file() and \
+            upstream.stat().st_mtime > (folder / "train_results.json").stat().st_mtime:
+        return False
+    saved = json.loads((folder / "train_config.json").read_text())
+    wanted = json.loads(json.dumps(config.to_dict(), default=str))
+    return all(saved.get(key) == value for key, value in wanted.items()
+               if value is not None and key not in _BOOKKEEPING)
+
+
 def _run(config: TrainConfig) -> dict[str, Any]:
-    """One stage, or its saved summary when a previous run already finished it."""
-    done = Path(config.output_dir) / "train_results.json"
-    if done.is_file():
-        return json.loads(done.read_text())
-    shutil.rmtree(config.output_dir, ignore_errors=True)  # an unfinished stage starts over
+    """One stage, or its saved summary when a previous run already finished it with the same
+    settings; an unfinished stage, or one trained with another recipe, starts over."""
+    if _finished_with(config):
+        return json.loads((Path(config.output_dir) / "train_results.json").read_text())
+    shutil.rmtree(config.output_dir, ignore_errors=True)
     return run_stage(config)
 
 
@@ -141,6 +168,12 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     corpus = dict(corpus_max_words=recipe["corpus_max_words"], corpus_sources=recipe["corpus_sources"])
     objective = "electra" if model.family == "electra" else "mlm"
     mux = dict(num_instances=model.num_instances, mux_type=model.mux_type, demux_type=model.demux_type)
+    # The auxiliary retrieval loss keeps a MUX model's demultiplexer working through a short
+    # pre-training stage (without it the tiny N=2 model's fine-tuning stayed at chance); a
+    # plain model has nothing to retrieve.
+    pretrain = dict(recipe["pretrain"])
+    retrieval_weight = pretrain.pop("retrieval_loss_weight", None) if model.num_instances > 1 else None
+    pretrain.pop("retrieval_loss_weight", None)
     if model.warm_start:
         if model.num_instances == 1:
             return None, log
@@ -151,18 +184,18 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
                                             batch_size=recipe["retrieval"]["batch_size"]))
         log[objective] = _run(TrainConfig(**_common(recipe, folder / "2-pretrain", objective, seed, progress),
                                           init=str(folder / "1-retrieval"), **corpus, lr=warm["lr"],
-                                          max_steps=warm["pretrain_steps"],
-                                          batch_size=recipe["pretrain"]["batch_size"]))
+                                          max_steps=warm["pretrain_steps"], batch_size=pretrain["batch_size"],
+                                          retrieval_loss_weight=retrieval_weight))
         return str(folder / "2-pretrain"), log
     fresh = dict(preset=recipe["preset"], model_overrides=dict(recipe["model_overrides"]), family=model.family)
     if model.num_instances > 1:
         log["retrieval"] = _run(TrainConfig(**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
                                             **fresh, **mux, **corpus, **recipe["retrieval"]))
-        start = dict(init=str(folder / "1-retrieval"))
+        start = dict(init=str(folder / "1-retrieval"), retrieval_loss_weight=retrieval_weight)
     else:
         start = dict(fresh, **mux)
     log[objective] = _run(TrainConfig(**_common(recipe, folder / "2-pretrain", objective, seed, progress),
-                                      **start, **corpus, **recipe["pretrain"]))
+                                      **start, **corpus, **pretrain))
     return str(folder / "2-pretrain"), log
 
 
@@ -181,9 +214,13 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
 def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ensemble: bool) -> dict[str, Any]:
     """Multi-seed evaluation (cached on disk next to the checkpoint)."""
     path = root / key / f"eval-{task}.json"
-    if path.is_file():
+    trained = Path(checkpoint) / "train_results.json"
+    if path.is_file() and trained.is_file() and path.stat().st_mtime >= trained.stat().st_mtime:
+        # Reused only when written after this checkpoint was trained (a retrained stage's
+        # max_eval_examples is part of its settings) and with the seeds and ensemble asked for.
         cached = json.loads(path.read_text())
-        if cached.get("ensemble") or not ensemble:
+        seeds = recipe["seeds"] if cached.get("num_instances", 1) > 1 else 1
+        if (cached.get("ensemble") or not ensemble) and len(cached.get("seeds", ())) == seeds:
             return cached
     return evaluate_checkpoint(
         checkpoint, task, seeds=recipe["seeds"], ensemble=ensemble, max_length=recipe["max_length"],
