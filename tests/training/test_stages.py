@@ -136,3 +136,34 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypat
                               eval_steps=100, **MICRO))
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
     assert not (out / "train_results.json").exists()
+
+
+def test_best_checkpoint_is_kept_and_loaded_at_the_end(pretrained, tmp_path):
+    """With an evaluation at every save, rotation keeps the best-scoring checkpoint next to the
+    newest, and load_best_at_end makes the saved final model that checkpoint's weights."""
+    out = tmp_path / "best"
+    settings = {k: v for k, v in MICRO.items() if k not in ("preset", "model_overrides")}
+    summary = run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(out), init=str(pretrained),
+                                    max_steps=6, lr=5e-3, eval_steps=1, save_steps=1, save_total_limit=1,
+                                    load_best_at_end=True, max_train_examples=64, max_eval_examples=45, **settings))
+    scores = [(record["accuracy"], -record["step"]) for record in read_log(out, "eval")]
+    best_value, best_step = max(scores)[0], -max(scores)[1]
+    assert summary["best_checkpoint"]["step"] == best_step
+    assert summary["best_checkpoint"]["value"] == pytest.approx(best_value)
+    kept = {p.name for p in out.glob("checkpoint-*")}
+    assert kept == {f"checkpoint-{best_step}", "checkpoint-6"}
+    assert summary["eval"]["accuracy"] == pytest.approx(best_value)
+    # The saved final model is the best checkpoint's weights, and scores what it scored in
+    # training (same batch size: a MUX model's groups, hence its predictions, depend on it).
+    from safetensors.torch import load_file
+
+    final, best = load_file(out / "model.safetensors"), load_file(out / f"checkpoint-{best_step}" / "model.safetensors")
+    assert final.keys() == best.keys() and all(torch.equal(final[k], best[k]) for k in final)
+    result = evaluate_checkpoint(out, "sentiment", seeds=1, max_examples=45, max_length=32, batch_size=32)
+    assert result["summary"]["accuracy"]["mean"] == pytest.approx(best_value)
+
+
+def test_load_best_at_end_needs_evaluations_at_the_saved_steps(tmp_path):
+    with pytest.raises(ValueError, match="multiple of eval_steps"):
+        run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(tmp_path), eval_steps=2,
+                              save_steps=3, load_best_at_end=True, max_steps=6, **MICRO))

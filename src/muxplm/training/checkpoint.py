@@ -11,6 +11,7 @@ mid-write leaves at most a temp folder, which resume ignores and the next save r
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -83,14 +84,28 @@ def publish(staging: Path, final: Path) -> None:
         os.replace(staging, final)
 
 
+def best_checkpoint(output_dir: str | Path) -> Path | None:
+    """The complete checkpoint with the best recorded score (``score`` in its state: the
+    evaluation made at its step), the earliest on ties; ``None`` when none was scored."""
+    scored = []
+    for order, path in enumerate(checkpoint_dirs(output_dir)):
+        score = read_state(path).get("score")
+        if score is not None and math.isfinite(float(score["value"])):
+            sign = 1.0 if score.get("greater_is_better", True) else -1.0
+            scored.append((sign * float(score["value"]), -order, path))
+    return max(scored)[2] if scored else None
+
+
 def rotate(output_dir: str | Path, keep: int | None, protect: Path | None = None) -> list[Path]:
-    """Delete the oldest complete checkpoints beyond ``keep``; never ``protect``."""
+    """Delete the complete checkpoints older than the ``keep`` newest; never ``protect`` nor
+    the best-scoring checkpoint (which is thus kept in addition to the newest)."""
     if keep is None:
         return []
     dirs = checkpoint_dirs(output_dir)
+    kept = {Path(p).resolve() for p in (protect, best_checkpoint(output_dir)) if p is not None}
     removed = []
     for path in dirs[: max(len(dirs) - keep, 0)]:
-        if protect is not None and path.resolve() == Path(protect).resolve():
+        if path.resolve() in kept:
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

@@ -105,7 +105,10 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--eval-steps", type=int)
     run.add_argument("--save-steps", type=int)
     run.add_argument("--logging-steps", type=int)
-    run.add_argument("--save-total-limit", type=int)
+    run.add_argument("--save-total-limit", type=int,
+                     help="keep this many newest checkpoints (the best-scoring one is kept as well)")
+    run.add_argument("--load-best-at-end", action="store_const", const=True,
+                     help="end with the weights of the checkpoint that scored best on the evaluation set")
     run.add_argument("--resume", action="store_const", const=True, help="continue from the latest checkpoint")
     run.add_argument("--no-progress", dest="progress", action="store_const", const=False)
 

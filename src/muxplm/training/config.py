@@ -68,7 +68,8 @@ class TrainConfig:
     eval_steps: int | None = None
     save_steps: int | None = None
     logging_steps: int | None = None
-    save_total_limit: int | None = 2
+    save_total_limit: int | None = 2  # newest checkpoints kept; the best-scoring one is kept too
+    load_best_at_end: bool = False  # final model = the checkpoint with the best evaluation
     resume: bool = False
     progress: bool = True
 
@@ -154,6 +155,9 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"warmup_ratio must lie in [0, 1), got {config.warmup_ratio}")
     if config.save_total_limit is not None and config.save_total_limit < 1:
         raise ValueError(f"save_total_limit must be >= 1 (or unset for no limit), got {config.save_total_limit}")
+    if config.load_best_at_end and config.eval_steps and config.save_steps and config.save_steps % config.eval_steps:
+        raise ValueError(f"load_best_at_end compares the evaluations made when checkpoints are saved: save_steps "
+                         f"({config.save_steps}) must be a multiple of eval_steps ({config.eval_steps})")
     if not 0 < config.mlm_probability < 1:
         raise ValueError(f"mlm_probability must lie in (0, 1), got {config.mlm_probability}")
 

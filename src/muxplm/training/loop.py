@@ -151,6 +151,7 @@ class TrainingRun:
     evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None
     resume_from: Path | None = None
     summary: dict[str, Any] | None = None  # extra facts for trainer_state / results
+    best_metric: tuple[str, bool] | None = None  # (evaluation key, greater is better) that ranks checkpoints
 
 
 def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -186,6 +187,8 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     last checkpoint on disk stays the newest one).
     """
     output_dir = Path(config.output_dir)
+    if config.load_best_at_end and (run.evaluate is None or run.best_metric is None):
+        raise ValueError("load_best_at_end needs an evaluation set to rank checkpoints, and this run has none")
     world, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
     sampler = ShardedBatches(len(run.train_set), config.batch_size, world, rank, config.seed)
     accumulation = config.gradient_accumulation_steps
@@ -219,10 +222,20 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     samples_per_step = config.batch_size * world * accumulation
     last_saved = step if run.resume_from is not None else None
     last_eval: dict[str, float] | None = None
+    last_eval_step: int | None = None
     first_batch_ids = None
     window_loss, window_acc, window_steps, window_start = 0.0, 0.0, 0, time.perf_counter()
     train_start, start_step = time.perf_counter(), step
     losses: list[float] = []
+
+    def score_at(at_step: int) -> dict[str, Any] | None:
+        """The ranking score of a checkpoint: only an evaluation of these very weights counts."""
+        if run.best_metric is None or last_eval is None or last_eval_step != at_step:
+            return None
+        name, greater_is_better = run.best_metric
+        if name not in last_eval:
+            return None
+        return {"metric": name, "value": last_eval[name], "greater_is_better": greater_is_better}
 
     def save(at_step: int) -> Path:
         staging = ckpt.staging_dir(output_dir, at_step)
@@ -243,7 +256,7 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
             ckpt.write_json_atomic(staging / ckpt.STATE_FILE, {
                 "step": at_step, "micro_step": micro_step, "total_steps": total_steps,
                 "world_size": world, "samples_seen": at_step * samples_per_step,
-                "config": config.to_dict(), "last_eval": last_eval,
+                "config": config.to_dict(), "last_eval": last_eval, "score": score_at(at_step),
             })
             ckpt.publish(staging, final)
             ckpt.rotate(output_dir, config.save_total_limit, protect=final)
@@ -332,7 +345,9 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
             if progress is not None:
                 progress.update(1)
             if step % config.eval_steps == 0 or step == total_steps:
-                last_eval = run_eval(step) or last_eval
+                metrics = run_eval(step)
+                if metrics is not None:
+                    last_eval, last_eval_step = metrics, step
             if step % config.save_steps == 0 or step == total_steps:
                 save(step)
                 last_saved = step
@@ -353,6 +368,15 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
         "final_loss": losses[-1] if losses else None, "eval": last_eval,
         "first_batch_ids_per_rank": first_ids, **(run.summary or {}),
     }
+    best = ckpt.best_checkpoint(output_dir)
+    if best is not None:
+        best_state = ckpt.read_state(best)
+        summary["best_checkpoint"] = {"path": str(best), "step": best_state["step"], **best_state["score"]}
+        if config.load_best_at_end and best_state["step"] != step:
+            # The saved final model (what later stages and evaluation read) becomes the best one.
+            unwrapped.load_state_dict(type(unwrapped).from_pretrained(best).state_dict())
+            summary["eval"] = best_state["last_eval"]
+            summary["loaded_best"] = True
     if main:
         _save_final(unwrapped, run.tokenizer, output_dir)
         ckpt.write_json_atomic(output_dir / "train_results.json", summary)

@@ -405,7 +405,7 @@ def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     evaluate = _pretraining_evaluator(config.stage, tokenizer, model, config, eval_blocks) if eval_blocks else None
     run = TrainingRun(
         model=model, tokenizer=tokenizer, train_set=train_blocks, collate=collate, evaluate=evaluate,
-        resume_from=resume_from,
+        resume_from=resume_from, best_metric=("loss", False),
         summary={"num_instances": model.config.num_instances, "train_blocks": len(train_blocks)},
     )
     return train(run, config, accelerator)
@@ -439,6 +439,7 @@ def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     run = TrainingRun(
         model=model, tokenizer=tokenizer, train_set=features["train"], collate=PaddingCollator(tokenizer),
         evaluate=evaluate, resume_from=resume_from,
+        best_metric=(spec.metric, True),  # every task's main metric grows with quality
         summary={"task": spec.name, "main_metric": spec.metric, "num_instances": model.config.num_instances,
                  "train_examples": len(features["train"]), "eval_examples": len(validation)},
     )
