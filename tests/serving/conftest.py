@@ -61,6 +61,16 @@ def token_dir(tmp_path_factory, tokenizer):
 
 
 @pytest.fixture(scope="session")
+def prefix_dir(tmp_path_factory):
+    """N=3 T-MUX (prefix demux) sentence classifier, saved without tokenizer files."""
+    torch.manual_seed(4)
+    config = MuxBertConfig.from_preset("tiny", **SMALL, num_instances=3, demux_type="prefix", num_labels=2)
+    folder = tmp_path_factory.mktemp("prefix")
+    MuxBertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def regression_dir(tmp_path_factory):
     torch.manual_seed(2)
     config = MuxBertConfig.from_preset("tiny", **SMALL, num_instances=2, num_labels=1)

@@ -50,5 +50,23 @@ def test_cli_export_and_onnx_predictor(sentence_dir, tmp_path, capsys):
     onnx_results = onnx.predict(texts)
     assert [r["label"] for r in onnx_results] == [r["label"] for r in torch_results]
     assert [r["score"] for r in onnx_results] == pytest.approx([r["score"] for r in torch_results], abs=1e-4)
-    with pytest.raises(ValueError, match="throughput"):
-        onnx.predict(texts, mode="ensemble")
+    # Ensembling: the same copy layout as the PyTorch model (7 inputs at N=5: fillers
+    # inside the copies), averaged.
+    torch_ensemble = Predictor.from_pretrained(sentence_dir).predict(texts, mode="ensemble")
+    onnx_ensemble = onnx.predict(texts, mode="ensemble")
+    assert [r["label"] for r in onnx_ensemble] == [r["label"] for r in torch_ensemble]
+    assert [r["score"] for r in onnx_ensemble] == pytest.approx([r["score"] for r in torch_ensemble], abs=1e-4)
+    assert [r["score"] for r in onnx_ensemble] != pytest.approx([r["score"] for r in onnx_results], abs=1e-4)
+
+
+@pytest.mark.parametrize("fixture", ["token_dir", "prefix_dir"])
+def test_onnx_ensemble_logits_match_torch(fixture, request, tmp_path):
+    model_dir = request.getfixturevalue(fixture)
+    export_onnx(model_dir, tmp_path, example_batch=4, example_length=12)
+    torch_predictor = Predictor.from_pretrained(model_dir)
+    onnx = OnnxPredictor.from_pretrained(model_dir, onnx_path=tmp_path / "model.onnx")
+    encoded = torch_predictor.encode(["a gripping film about rivers", "dull", "an ordinary day", "bright"])
+    for ensemble in (False, True):
+        expected = torch_predictor.run(encoded, ensemble=ensemble)
+        got = onnx.run(encoded, ensemble=ensemble)
+        assert all(torch.allclose(g, e, atol=1e-4) for g, e in zip(got, expected, strict=True))

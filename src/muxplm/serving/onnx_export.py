@@ -5,7 +5,9 @@ an exporter would freeze to the example batch size. The exported graph therefore
 :class:`ExportableMuxClassifier`, which performs the same input-order grouping with shape
 arithmetic the exporter keeps symbolic: pad the batch with filler rows to a multiple of N,
 view it as ``[G, N, L, H]``, multiplex, encode, demultiplex, drop the fillers. Batch and
-sequence axes stay dynamic, including batch sizes that are not multiples of N.
+sequence axes stay dynamic, including batch sizes that are not multiples of N. A row whose
+attention mask is all zeros is a filler wherever it sits, which lets :class:`OnnxPredictor`
+lay out the ensembling copies (:func:`muxplm.grouping.plan_groups`) outside the graph.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.masking_utils import create_bidirectional_mask
 
+from ..grouping import plan_groups
 from .predictor import Predictor, _TOKENIZER_FILES
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -52,7 +55,7 @@ class ExportableMuxClassifier(nn.Module):
         slot_mask = F.pad(attention_mask, (0, 0, 0, fill), value=0).bool()
         slot_types = F.pad(token_type_ids, (0, 0, 0, fill), value=0)
         num_slots = batch + fill
-        is_real = torch.arange(num_slots, device=input_ids.device) < batch
+        is_real = slot_mask.any(dim=1)  # every real input keeps at least its [CLS]
 
         prefix = base.demux.num_prefix_tokens
         if prefix:
@@ -167,8 +170,9 @@ def task_is_token(model) -> bool:
 
 
 class OnnxPredictor(Predictor):
-    """A :class:`Predictor` whose forward pass runs in ONNX Runtime (throughput mode only:
-    ensembling needs the PyTorch model's copy layout)."""
+    """A :class:`Predictor` whose forward pass runs in ONNX Runtime. Ensembling feeds the
+    graph the same copy layout as the PyTorch model (fillers as all-masked rows) and
+    averages the copies' logits."""
 
     def __init__(self, model, tokenizer, onnx_path, *, threads: int | None = None, **kwargs):
         super().__init__(model, tokenizer, **kwargs)
@@ -188,10 +192,15 @@ class OnnxPredictor(Predictor):
                    max_length=max_length, batch_size=batch_size)
 
     def run(self, encoded, *, ensemble: bool = False) -> list[torch.Tensor]:
-        if ensemble:
-            raise ValueError("the ONNX backend serves mode='throughput' only")
         batch = self.collate(encoded)
-        logits = torch.from_numpy(self.session.run(None, {k: v.cpu().numpy() for k, v in batch.items()})[0])
+        if ensemble and self.num_instances > 1:
+            plan = plan_groups(len(encoded), self.num_instances, ensemble=True)
+            real = plan.is_real[:, None].to(batch["input_ids"].dtype)
+            feeds = {k: (v.cpu()[plan.order] * real).numpy() for k, v in batch.items()}
+            slots = torch.from_numpy(self.session.run(None, feeds)[0])
+            logits = plan.reduce_copies(slots[plan.slot_of])
+        else:
+            logits = torch.from_numpy(self.session.run(None, {k: v.cpu().numpy() for k, v in batch.items()})[0])
         if self.task == "sentence":
             return list(logits)
         return [logits[row, : len(item)] for row, item in enumerate(encoded)]
