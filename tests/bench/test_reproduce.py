@@ -1,6 +1,7 @@
 """The reproduction driver end to end on a micro recipe, and its bookkeeping on known numbers."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -151,3 +152,49 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
     saved = json.loads((runs / "mux-bert-2" / "2-pretrain" / "train_config.json").read_text())
     assert saved["retrieval_loss_weight"] == 0.2
     assert json.loads((runs / "bert" / "2-pretrain" / "train_config.json").read_text())["retrieval_loss_weight"] is None
+
+
+@pytest.mark.parametrize("preset", ["quick", "full", "gpu"])
+def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path, monkeypatch):
+    """The recipes too long to run in the suite (the full CPU one, the GPU one) still hand every
+    model's every stage settings that the training code accepts, with the retrieval loss only
+    where there is something to retrieve."""
+    from muxplm.bench import reproduce
+    from muxplm.training.config import validate
+
+    stages = []
+
+    def fake_run(config):
+        validate(config)
+        stages.append(config)
+        return {"final_step": config.max_steps, "final_loss": 1.0}
+
+    def fake_evaluate(key, task, checkpoint, recipe, root, ensemble):
+        n = reproduce.MODELS[key].num_instances
+        seeds = list(range(recipe["seeds"] if n > 1 else 1))
+        stats = {"mean": 0.5, "std": 0.0, "max": 0.5, "min": 0.5}
+        return {"num_instances": n, "main_metric": "accuracy", "seeds": seeds, "summary": {"main": stats},
+                "per_seed": [{"main": 0.5}] * len(seeds), "ensemble": {"main": 0.6} if ensemble else None}
+
+    def fake_throughput(checkpoints, **kwargs):
+        return {key: {"samples_per_s": 100.0 * reproduce.MODELS[key].num_instances} for key in checkpoints}
+
+    monkeypatch.setattr(reproduce, "_run", fake_run)
+    monkeypatch.setattr(reproduce, "evaluate", fake_evaluate)
+    monkeypatch.setattr(reproduce, "measure_side_by_side", fake_throughput)
+    results = run_reproduction(tmp_path, preset, device="cpu", log=lambda *_: None)
+    assert set(results["rows"]) == set(reproduce.DEFAULT_MODELS)
+    by_dir = {(Path(c.output_dir).parent.name, Path(c.output_dir).name): c for c in stages}
+    recipe = resolve_recipe(preset)
+    for key, model in reproduce.MODELS.items():
+        if key not in reproduce.DEFAULT_MODELS:
+            continue
+        pretrain = by_dir.get((key, "2-pretrain"))
+        if model.warm_start and model.num_instances == 1:
+            assert pretrain is None  # plain MiniLM is fine-tuned from the packaged encoder
+            continue
+        weight = recipe["pretrain"]["retrieval_loss_weight"] if model.num_instances > 1 else None
+        assert pretrain.retrieval_loss_weight == weight, key
+        assert ((key, "1-retrieval") in by_dir) == (model.num_instances > 1), key
+        for task in reproduce.DEFAULT_TASKS:
+            assert by_dir[(key, f"3-{task}")].task == task
