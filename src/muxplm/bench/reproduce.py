@@ -172,8 +172,9 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     # pre-training stage (without it the tiny N=2 model's fine-tuning stayed at chance); a
     # plain model has nothing to retrieve.
     pretrain = dict(recipe["pretrain"])
-    retrieval_weight = pretrain.pop("retrieval_loss_weight", None) if model.num_instances > 1 else None
-    pretrain.pop("retrieval_loss_weight", None)
+    retrieval_weight = pretrain.pop("retrieval_loss_weight", None)
+    if model.num_instances == 1:
+        retrieval_weight = None
     if model.warm_start:
         if model.num_instances == 1:
             return None, log
