@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
+from ..training.config import recipe_for
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
 from .throughput import DTYPES, environment, make_inputs, time_batches
 
@@ -130,6 +131,9 @@ _BOOKKEEPING = frozenset({"output_dir", "eval_steps", "save_steps", "logging_ste
                           "resume", "progress", "init", "init_encoder"})
 
 
+_ALWAYS_RESOLVED = ("max_steps", "num_epochs", "warmup_ratio", "warmup_steps", "eval_batch_size")
+
+
 def _finished_with(config: TrainConfig) -> bool:
     """Whether ``config.output_dir`` holds a finished stage trained with these settings (every
     setting given here equals the saved, resolved one) from the current version of its ``init``
@@ -143,8 +147,12 @@ def _finished_with(config: TrainConfig) -> bool:
         return False
     saved = json.loads((folder / "train_config.json").read_text())
     wanted = json.loads(json.dumps(config.to_dict(), default=str))
-    return all(saved.get(key) == value for key, value in wanted.items()
-               if value is not None and key not in _BOOKKEEPING)
+    defaults = TrainConfig().to_dict()  # what a setting newer than the saved file amounts to
+    # An unset (None) setting that the stage recipe fills in means "the default" and matches
+    # whatever was resolved; any other None (e.g. max_train_examples: all data) is a value.
+    filled = {*recipe_for(config.stage, "tiny"), *recipe_for(config.stage, None), *_ALWAYS_RESOLVED}
+    return all(saved.get(key, defaults[key]) == value for key, value in wanted.items()
+               if key not in _BOOKKEEPING and not (value is None and key in filled))
 
 
 def _run(config: TrainConfig) -> dict[str, Any]:
