@@ -140,6 +140,11 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
     before = {stage: trained(stage) for stage in ("bert/2-pretrain", "bert/3-ner", "mux-bert-2/1-retrieval",
                                                   "mux-bert-2/2-pretrain", "mux-bert-2/3-ner",
                                                   "mux-bert-2/eval-ner.json")}
+    # A saved config that predates a newer setting still matches when the setting is at its default.
+    saved_file = runs / "bert" / "3-ner" / "train_config.json"
+    saved = json.loads(saved_file.read_text())
+    del saved["load_best_at_end"]
+    saved_file.write_text(json.dumps(saved))
     rerun(MICRO)
     assert {stage: trained(stage) for stage in before} == before
     # The auxiliary retrieval loss only concerns MUX models: BERT keeps all its stages.
@@ -151,6 +156,10 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
         assert after[stage] > before[stage], stage
     saved = json.loads((runs / "mux-bert-2" / "2-pretrain" / "train_config.json").read_text())
     assert saved["retrieval_loss_weight"] == 0.2
+    # An explicit None that the recipe does not fill is a value: max_train_examples=None = all data.
+    rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.2, "finetune.max_train_examples": None})
+    assert trained("bert/2-pretrain") == after["bert/2-pretrain"]
+    assert trained("bert/3-ner") > after["bert/3-ner"]
     assert json.loads((runs / "bert" / "2-pretrain" / "train_config.json").read_text())["retrieval_loss_weight"] is None
 
 
