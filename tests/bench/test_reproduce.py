@@ -202,8 +202,16 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
         if model.warm_start and model.num_instances == 1:
             assert pretrain is None  # plain MiniLM is fine-tuned from the packaged encoder
             continue
+        assert ((key, "1-retrieval") in by_dir) == (model.num_instances > 1), key
+        if not model.pretrained:  # T-MUX, DataMUX recipe: fine-tuned from the primed model
+            assert pretrain is None
+            assert all(Path(by_dir[(key, f"3-{t}")].init).name == "1-retrieval" for t in reproduce.DEFAULT_TASKS)
+            continue
         weight = recipe["pretrain"]["retrieval_loss_weight"] if model.num_instances > 1 else None
         assert pretrain.retrieval_loss_weight == weight, key
-        assert ((key, "1-retrieval") in by_dir) == (model.num_instances > 1), key
         for task in reproduce.DEFAULT_TASKS:
-            assert by_dir[(key, f"3-{task}")].task == task
+            stage = by_dir[(key, f"3-{task}")]
+            assert stage.task == task and Path(stage.init).name == "2-pretrain"
+            # The full recipe gives the sentence tasks all their data (the warm-start rows keep their cap).
+            if preset == "full" and task == "sentiment":
+                assert stage.max_train_examples == (2000 if model.warm_start else None)

@@ -46,6 +46,9 @@ class ModelRecipe:
     family: str = "bert"  # pre-training objective: bert = MLM, electra = replaced-token detection
     warm_start: bool = False  # start from the pretrained MiniLM encoder instead of random weights
     baseline: str = "bert"  # the N = 1 row that retention and throughput gain are measured against
+    # False: the DataMUX recipe of T-MUX, fine-tuned straight from the retrieval-primed model
+    # (no language-model pre-training; what the MUX-PLMs paper compares against).
+    pretrained: bool = True
 
 
 MODELS = {
@@ -53,8 +56,8 @@ MODELS = {
     "mux-bert-2": ModelRecipe("MUX-BERT N=2", 2, "gaussian_hadamard", "rsa"),
     "mux-bert-5": ModelRecipe("MUX-BERT N=5", 5, "gaussian_hadamard", "rsa"),
     "mux-bert-10": ModelRecipe("MUX-BERT N=10", 10, "gaussian_hadamard", "rsa"),
-    "tmux-2": ModelRecipe("T-MUX N=2", 2, "gaussian_hadamard", "prefix"),
-    "tmux-5": ModelRecipe("T-MUX N=5", 5, "gaussian_hadamard", "prefix"),
+    "tmux-2": ModelRecipe("T-MUX N=2", 2, "gaussian_hadamard", "prefix", pretrained=False),
+    "tmux-5": ModelRecipe("T-MUX N=5", 5, "gaussian_hadamard", "prefix", pretrained=False),
     "electra": ModelRecipe("ELECTRA", 1, family="electra", baseline="electra"),
     "mux-electra-2": ModelRecipe("MUX-ELECTRA N=2", 2, "gaussian_hadamard", "rsa", family="electra",
                                  baseline="electra"),
@@ -125,8 +128,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 # Settings that do not change what a stage learns, so a finished stage is reused across them.
-# The starting checkpoint is fixed by the model's row (its previous stage, or the packaged
-# MiniLM), so its path may differ (a moved runs dir) and its freshness is checked instead.
+# The starting checkpoint is compared by its model and stage folder (so a moved runs dir still
+# matches) and by its freshness; the packaged MiniLM's path depends on the environment.
 _BOOKKEEPING = frozenset({"output_dir", "eval_steps", "save_steps", "logging_steps", "save_total_limit",
                           "resume", "progress", "init", "init_encoder"})
 
@@ -146,6 +149,8 @@ def _finished_with(config: TrainConfig) -> bool:
             upstream.stat().st_mtime > (folder / "train_results.json").stat().st_mtime:
         return False
     saved = json.loads((folder / "train_config.json").read_text())
+    if config.init and Path(saved.get("init") or "").parts[-2:] != Path(config.init).parts[-2:]:
+        return False
     wanted = json.loads(json.dumps(config.to_dict(), default=str))
     defaults = TrainConfig().to_dict()  # what a setting newer than the saved file amounts to
     # An unset (None) setting that the stage recipe fills in means "the default" and matches
@@ -204,6 +209,8 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     if model.num_instances > 1:
         log["retrieval"] = _run(TrainConfig(**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
                                             **fresh, **mux, **corpus, **recipe["retrieval"]))
+        if not model.pretrained:
+            return str(folder / "1-retrieval"), log
         start = dict(init=str(folder / "1-retrieval"), retrieval_loss_weight=retrieval_weight)
     else:
         start = dict(fresh, **mux)
