@@ -20,3 +20,12 @@ wait "$first"  # a failed shard stops the script (set -e)
 wait "$second"
 muxplm reproduce --full --threads 1 --runs-dir "$RUNS" --output-dir "$OUT" | tee "$OUT.log"
 mv "$OUT.log" "$OUT/log.txt"
+# Muxology of the pre-trained (stage 2) checkpoints: BERT against MUX-BERT N = 2 / 5 / 10.
+muxplm analyze muxology "$RUNS/bert/2-pretrain" "$RUNS/mux-bert-2/2-pretrain" "$RUNS/mux-bert-5/2-pretrain" \
+    "$RUNS/mux-bert-10/2-pretrain" --num-sentences 200 --max-length 48 \
+    --output benchmarks/results/muxology/full-tiny-mlm.json
+# Is WNUT-16 NER learnable at all from this pre-training budget? The BERT row's encoder,
+# fine-tuned 5x longer at a 5x larger learning rate than the recipe's.
+muxplm finetune --task ner --init "$RUNS/bert/2-pretrain" --num-epochs 10 --lr 1e-3 --batch-size 32 \
+    --max-length 48 --save-total-limit 1 --no-progress --output-dir "$RUNS/probe-ner-bert"
+cp "$RUNS/probe-ner-bert/train_results.json" "$OUT/ner-probe-bert.json"
