@@ -16,3 +16,5 @@ muxplm bench throughput --sizes small --instances 1 --heads sentence,token --dev
     --batch-size 128 --seq-len 128 --warmup 1 --trials 6 --batches 1 --output $OUT/cpu-small-n1-vs-transformers.json
 muxplm bench profile --sizes tiny --instances 1,10 --mux gaussian_hadamard --demux rsa --head token --device cpu \
     --threads 1 --clock process --repeats 2 --operators --output $OUT/cpu-tiny-profile-token.json
+# The longest run: the whole tiny grid on the idle machine (cpu-tiny-grid-idle.*).
+muxplm bench throughput --sizes tiny $COMMON --batches 4 --trials 5 --output $OUT/cpu-tiny-grid-idle.json
