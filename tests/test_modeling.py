@@ -202,6 +202,28 @@ def test_retrieval_auxiliary_loss_mixes_with_the_weight():
     assert "retrieval_head" not in dict(build(MuxBertForMaskedLM, 2, "gaussian_hadamard", "rsa").named_children())
 
 
+def test_in_batch_retrieval_softmax_scores_the_batch_tokens_in_training_only():
+    model = build(MuxBertForRetrieval, 2, "gaussian_hadamard", "rsa", retrieval_softmax="in_batch")
+    batch = random_batch(6)
+    candidates = torch.unique(batch["input_ids"][batch["attention_mask"].bool()])
+    torch.manual_seed(3)
+    out = model.train()(**batch)
+    assert out.logits.shape == (out.labels.numel(), candidates.numel())
+    # The restricted logits are exactly the full logits' columns of the batch's tokens.
+    model.config.retrieval_softmax = "full"
+    torch.manual_seed(3)
+    full = model(**batch)
+    assert torch.equal(full.labels, out.labels)
+    assert torch.allclose(full.logits[:, candidates], out.logits, atol=1e-5)
+    expected = torch.nn.functional.cross_entropy(full.logits[:, candidates], torch.searchsorted(candidates, out.labels))
+    assert torch.allclose(out.loss, expected, atol=1e-5)
+    # Evaluation always scores the whole vocabulary, so held-out accuracy stays comparable.
+    model.config.retrieval_softmax = "in_batch"
+    assert model.eval()(**batch).logits.shape[-1] == model.config.vocab_size
+    with pytest.raises(ValueError, match="retrieval_softmax"):
+        micro_config(retrieval_softmax="sampled")
+
+
 def test_electra_loss_is_weighted_bce_over_real_tokens():
     model = build(MuxElectraForPreTraining, 2, "gaussian_hadamard", "rsa", MuxElectraConfig, embedding_size=16)
     batch = random_batch(4)
@@ -220,3 +242,16 @@ def test_retrieval_targets_skip_padding_and_fillers():
     real_tokens_max = 2 * batch["input_ids"].shape[1]  # 2 groups, one target per position
     assert 0 < out.labels.numel() <= real_tokens_max
     assert model.reconstruct(**batch).shape == batch["input_ids"].shape
+
+
+@pytest.mark.parametrize("mux", ["gaussian_hadamard", "binary_hadamard"])
+def test_unbind_demux_starts_as_the_inverse_of_the_mux_keys(mux):
+    model = build(MuxBertModel, 5, mux, "unbind", hidden_size=256)  # wide enough to superpose 5
+    keys, unbind = model.mux.keys.detach(), model.demux.unbind_keys.detach()
+    assert model.demux.unbind_keys.requires_grad  # learned, unlike the fixed mux keys
+    assert torch.allclose((keys * unbind).mean(-1), torch.ones(5), atol=1e-5)
+    # Unbinding a superposition with instance j's key recovers instance j best.
+    x = torch.randn(5, keys.shape[1], generator=torch.Generator().manual_seed(0))
+    mixed = model.mux(x[None, :, None, :], torch.ones(1, 5, 1, dtype=torch.bool))[0, 0]
+    similarity = torch.nn.functional.cosine_similarity((mixed * unbind)[:, None], x[None], dim=-1)
+    assert torch.equal(similarity.argmax(dim=1), torch.arange(5))

@@ -11,7 +11,7 @@ from huggingface_hub.dataclasses import strict
 from transformers import BertConfig, ElectraConfig
 
 MUX_TYPES = ("gaussian_hadamard", "contextual", "binary_hadamard", "random_ortho", "identity")
-DEMUX_TYPES = ("rsa", "prefix", "identity")
+DEMUX_TYPES = ("rsa", "unbind", "prefix", "identity")
 
 # Encoder sizes. small/base/large are the paper's (Section 4); tiny is for CPU work and tests.
 SIZE_PRESETS: dict[str, dict[str, int]] = {
@@ -31,7 +31,9 @@ MUX_FIELDS = (
     "learn_mux_keys",
     "num_demux_layers",
     "retrieval_loss_weight",
+    "retrieval_softmax",
 )
+RETRIEVAL_SOFTMAX = ("full", "in_batch")
 IDENTITY_FIELDS = ("num_instances", "mux_type", "demux_type")
 
 
@@ -54,6 +56,10 @@ def _validate_mux_fields(config) -> None:
         raise ValueError(f"num_demux_layers must be >= 1, got {config.num_demux_layers}")
     if not 0.0 <= config.retrieval_loss_weight <= 1.0:
         raise ValueError(f"retrieval_loss_weight must lie in [0, 1], got {config.retrieval_loss_weight}")
+    if config.retrieval_softmax not in RETRIEVAL_SOFTMAX:
+        raise ValueError(
+            f"retrieval_softmax must be one of {', '.join(RETRIEVAL_SOFTMAX)}, got {config.retrieval_softmax!r}"
+        )
     if config.hidden_size % config.num_attention_heads != 0:
         raise ValueError(
             f"hidden_size ({config.hidden_size}) must be a multiple of num_attention_heads "
@@ -110,6 +116,9 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
         learn_mux_keys: train the multiplexing keys (frozen by default, as in the paper).
         num_demux_layers: layers of the demultiplexing MLP (the first, key-conditioned one included).
         retrieval_loss_weight: r in ``(1 - r) * task_loss + r * retrieval_loss`` during pre-training.
+        retrieval_softmax: ``full`` scores retrieval targets against the whole vocabulary; ``in_batch``
+            (training only) against the distinct tokens of the batch, every instance's tokens
+            included, which is what the demultiplexer must tell apart, at a fraction of the cost.
 
     Named sizes: ``MuxBertConfig.from_preset("tiny" | "small" | "base" | "large", **overrides)``.
     """
@@ -123,6 +132,7 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
     learn_mux_keys: bool = False
     num_demux_layers: int = 2
     retrieval_loss_weight: float | int = 0.0
+    retrieval_softmax: str = "full"
 
     def __post_init__(self, **kwargs):
         _validate_mux_fields(self)
@@ -148,6 +158,7 @@ class MuxElectraConfig(MuxConfigMixin, ElectraConfig):
     learn_mux_keys: bool = False
     num_demux_layers: int = 2
     retrieval_loss_weight: float | int = 0.0
+    retrieval_softmax: str = "full"
     discriminator_loss_weight: float | int = 50.0
     replace_probability: float | int = 0.15
 

@@ -129,6 +129,45 @@ class RSADemux(_KeyedDemux):
         return self.mlp.key_proj(self.keys)[None]
 
 
+@register_demux("unbind")
+class UnbindDemux(RSADemux):
+    """RSA demultiplexing of the *unbound* encoder output: instance i's MLP sees ``h * u_i``
+    instead of ``h``, with learned ``u_i`` that start as the elementwise inverses of the
+    multiplexer's keys (``v_i * u_i`` has mean 1). Unbinding is what recovers a Hadamard-keyed
+    instance from a superposition; the additive RSA key must otherwise learn it through the
+    MLP, which takes thousands of priming steps at N >= 5. Costs the first demux layer once
+    per instance instead of once per group."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.mux_type, self.key_norm = config.mux_type, float(config.mux_key_norm)
+        self.unbind_keys = nn.Parameter(torch.empty(config.num_instances, config.hidden_size))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if not hasattr(self, "unbind_keys"):
+            return  # called by the parent constructor, before the unbinding keys exist
+        from .mux import MUX_REGISTRY
+
+        draw = getattr(MUX_REGISTRY[self.mux_type], "draw_keys", None) if self.mux_type in MUX_REGISTRY else None
+        if draw is None:  # a multiplexer without Hadamard keys: random unbinding keys
+            init.normal_(self.unbind_keys)
+            return
+        keys = draw(self.num_instances, self.unbind_keys.shape[1], self.key_norm)
+        init.copy_(self.unbind_keys, keys / keys.pow(2).mean(dim=-1, keepdim=True))
+
+    def forward(self, h_mux: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        tokens = h_mux if positions is None else h_mux[:, positions]  # [G, P, H]
+        unbound = tokens[:, None] * self.unbind_keys[None, :, None, :].to(tokens.dtype)  # [G, N, P, H]
+        keys = self.projected_keys(h_mux)[:, :, None]
+        return self.mlp.finish(self.mlp.hidden_proj(unbound) + keys)
+
+    def gather(self, h_mux, groups, instances, positions) -> torch.Tensor:
+        unbound = h_mux[groups, positions] * self.unbind_keys[instances].to(h_mux.dtype)
+        return self.mlp.finish(self.mlp.hidden_proj(unbound) + self.projected_keys(h_mux)[0, instances])
+
+
 @register_demux("prefix")
 class PrefixDemux(_KeyedDemux):
     """T-MUX (DataMUX) demultiplexer. Instance i of a group gets a prefix of N tokens, all

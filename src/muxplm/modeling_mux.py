@@ -388,8 +388,11 @@ class RetrievalHead(nn.Module):
         super().__init__()
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
 
-    def forward(self, states: torch.Tensor) -> torch.Tensor:
-        return self.decoder(states)
+    def forward(self, states: torch.Tensor, candidates: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits over the vocabulary, or over the token ids ``candidates`` only."""
+        if candidates is None:
+            return self.decoder(states)
+        return F.linear(states, self.decoder.weight[candidates], self.decoder.bias[candidates])
 
 
 def retrieval_targets(state: MuxState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -410,14 +413,30 @@ def retrieval_targets(state: MuxState) -> tuple[torch.Tensor, torch.Tensor, torc
     return slots, positions, labels
 
 
-def retrieval_loss(head: RetrievalHead, state: MuxState) -> MuxRetrievalOutput:
+def retrieval_loss(head: RetrievalHead, state: MuxState, in_batch: bool = False) -> MuxRetrievalOutput:
+    """Cross-entropy of the sampled retrieval targets. ``in_batch``: the softmax runs over the
+    distinct tokens of the batch (all instances), not the vocabulary; ``logits`` then has one
+    column per such token, and ``accuracy`` is still over token ids."""
     slots, positions, labels = retrieval_targets(state)
     keep = labels != -100
-    logits = head(state.demux_slots(slots[keep], positions[keep]))
+    states = state.demux_slots(slots[keep], positions[keep])
     targets = labels[keep]
-    loss = F.cross_entropy(logits, targets)
-    accuracy = (logits.argmax(-1) == targets).float().mean()
+    if in_batch:
+        candidates = torch.unique(state.slot_input_ids[state.slot_mask])  # sorted; holds every target
+        logits = head(states, candidates)
+        loss = F.cross_entropy(logits, torch.searchsorted(candidates, targets))
+        predicted = candidates[logits.argmax(-1)]
+    else:
+        logits = head(states)
+        loss = F.cross_entropy(logits, targets)
+        predicted = logits.argmax(-1)
+    accuracy = (predicted == targets).float().mean()
     return MuxRetrievalOutput(loss=loss, logits=logits, labels=targets, accuracy=accuracy.detach())
+
+
+def _in_batch_softmax(model) -> bool:
+    """The cheap in-batch softmax is a training device: evaluation always scores the vocabulary."""
+    return model.training and model.config.retrieval_softmax == "in_batch"
 
 
 def mix_retrieval(model, task_loss: torch.Tensor, state: MuxState) -> MuxPreTrainingOutput:
@@ -425,7 +444,7 @@ def mix_retrieval(model, task_loss: torch.Tensor, state: MuxState) -> MuxPreTrai
     weight = model.config.retrieval_loss_weight
     if not weight:
         return MuxPreTrainingOutput(loss=task_loss, task_loss=task_loss)
-    aux = retrieval_loss(model.retrieval_head, state)
+    aux = retrieval_loss(model.retrieval_head, state, in_batch=_in_batch_softmax(model))
     return MuxPreTrainingOutput(
         loss=(1 - weight) * task_loss + weight * aux.loss,
         task_loss=task_loss,
@@ -466,7 +485,7 @@ class MuxRetrievalMixin(MuxHeadMixin):
         **kwargs,
     ) -> MuxRetrievalOutput:
         state = self._multiplex(input_ids, attention_mask, token_type_ids, composition_seed=composition_seed)
-        return retrieval_loss(self.retrieval_head, state)
+        return retrieval_loss(self.retrieval_head, state, in_batch=_in_batch_softmax(self))
 
     @torch.no_grad()
     def reconstruct(self, input_ids, attention_mask=None, token_type_ids=None, composition_seed=None) -> torch.Tensor:

@@ -24,6 +24,10 @@ def build_mux(config) -> nn.Module:
     return MUX_REGISTRY.build(config.mux_type, config)
 
 
+def key_generator(num_instances: int) -> torch.Generator:
+    return torch.Generator().manual_seed(1234 + num_instances)
+
+
 class Multiplexer(nn.Module):
     """Base class. Subclasses implement ``forward(x, mask)`` and ``reset_parameters()``,
     which the model's weight initialisation calls (through ``transformers.initialization``,
@@ -39,7 +43,7 @@ class Multiplexer(nn.Module):
         self.key_norm = float(config.mux_key_norm)
 
     def _generator(self) -> torch.Generator:
-        return torch.Generator().manual_seed(1234 + self.num_instances)
+        return key_generator(self.num_instances)
 
     def reset_parameters(self) -> None:
         pass
@@ -63,12 +67,14 @@ class GaussianHadamardMux(Multiplexer):
         self.keys = nn.Parameter(torch.empty(self.num_instances, self.width), requires_grad=config.learn_mux_keys)
         self.reset_parameters()
 
-    def _draw_keys(self) -> torch.Tensor:
-        keys = torch.randn(self.num_instances, self.width, generator=self._generator())
-        return keys / keys.norm(dim=-1, keepdim=True) * self.key_norm
+    @staticmethod
+    def draw_keys(num_instances: int, width: int, key_norm: float) -> torch.Tensor:
+        """The fixed keys ``[N, width]`` (the same for every model of this N and width)."""
+        keys = torch.randn(num_instances, width, generator=key_generator(num_instances))
+        return keys / keys.norm(dim=-1, keepdim=True) * key_norm
 
     def reset_parameters(self) -> None:
-        init.copy_(self.keys, self._draw_keys())
+        init.copy_(self.keys, self.draw_keys(self.num_instances, self.width, self.key_norm))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return (x * self.keys[:, None, :].to(x.dtype)).mean(dim=1)
@@ -79,10 +85,11 @@ class BinaryHadamardMux(GaussianHadamardMux):
     """DataMUX ablation: each instance keeps its own random block of H/N dimensions
     (disjoint 0/1 masks), rescaled to norm ``mux_key_norm``."""
 
-    def _draw_keys(self) -> torch.Tensor:
-        owner = torch.randperm(self.width, generator=self._generator()) % self.num_instances
-        keys = (owner[None, :] == torch.arange(self.num_instances)[:, None]).float()
-        return keys / keys.norm(dim=-1, keepdim=True) * self.key_norm
+    @staticmethod
+    def draw_keys(num_instances: int, width: int, key_norm: float) -> torch.Tensor:
+        owner = torch.randperm(width, generator=key_generator(num_instances)) % num_instances
+        keys = (owner[None, :] == torch.arange(num_instances)[:, None]).float()
+        return keys / keys.norm(dim=-1, keepdim=True) * key_norm
 
 
 @register_mux("random_ortho")

@@ -51,7 +51,9 @@ class TrainConfig:
     mlm_probability: float = 0.15
     # optimisation
     lr: float | None = None
-    batch_size: int | None = None  # per process
+    batch_size: int | None = None  # per process, in instances
+    # per process, in multiplexed groups: batch_size = batch_groups x N (used when batch_size is unset)
+    batch_groups: int | None = None
     eval_batch_size: int | None = None
     gradient_accumulation_steps: int = 1
     max_steps: int | None = None
@@ -107,11 +109,17 @@ def recipe_for(stage: str, size: str | None) -> dict[str, Any]:
     return dict((TINY_RECIPE if size == "tiny" else PAPER_RECIPE)[stage])
 
 
-def resolve(config: TrainConfig, size: str | None) -> TrainConfig:
+def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> TrainConfig:
     """A copy of ``config`` with every unset hyper-parameter taken from the recipe for its stage
-    and model size (``size`` = the preset name, or the preset the loaded model matches)."""
+    and model size (``size`` = the preset name, or the preset the loaded model matches);
+    ``num_instances`` turns a batch given in groups into instances."""
     values = config.to_dict()
-    for key, value in recipe_for(config.stage, size).items():
+    recipe = recipe_for(config.stage, size)
+    if values["batch_size"] is None and values["batch_groups"] is None:
+        values["batch_groups"] = recipe.pop("batch_groups", None)
+    if values["batch_size"] is None and values["batch_groups"] is not None:
+        values["batch_size"] = values["batch_groups"] * num_instances
+    for key, value in recipe.items():
         if values.get(key) is None:
             values[key] = value
     if values["max_steps"] is None and values["num_epochs"] is None:
@@ -140,7 +148,7 @@ def validate(config: TrainConfig) -> None:
         raise ValueError("fine-tuning needs --task NAME or --train-file FILE")
     if config.task_kind not in (None, "sentence", "token"):
         raise ValueError(f"task_kind must be 'sentence' or 'token', got {config.task_kind!r}")
-    positive = ("lr", "batch_size", "eval_batch_size", "max_length", "gradient_accumulation_steps")
+    positive = ("lr", "batch_size", "batch_groups", "eval_batch_size", "max_length", "gradient_accumulation_steps")
     for name in positive:
         value = getattr(config, name)
         if value is not None and value <= 0:

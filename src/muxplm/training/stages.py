@@ -68,6 +68,7 @@ MODEL_CLASSES = {
 }
 TOKEN_FILE_SUFFIXES = (".conll", ".conllu", ".bio", ".iob", ".iob2", ".txt")
 PRETRAIN_EVAL_BLOCKS = 256
+DEFAULT_NEW_DEMUX = "unbind"
 
 logger = logging.getLogger(__name__)
 
@@ -270,13 +271,17 @@ def _family(config: TrainConfig, saved: dict[str, Any] | None) -> str:
 
 
 def _mux_settings(config: TrainConfig) -> dict[str, Any]:
-    """The multiplexing fields given by the user (N=1 defaults to the plain identity model)."""
+    """The multiplexing fields given by the user. N = 1 defaults to the plain identity model; a
+    new MUX model (N > 1, fresh or warm-started) to the unbinding demultiplexer, which primes
+    in hundreds of steps where the paper's RSA demultiplexer needs thousands."""
     settings = {}
     if config.num_instances is not None:
         settings["num_instances"] = config.num_instances
     mux, demux = config.mux_type, config.demux_type
     if config.num_instances == 1:
         mux, demux = mux or "identity", demux or "identity"
+    elif (config.preset or config.init_encoder) and not config.init:
+        demux = demux or DEFAULT_NEW_DEMUX
     if mux is not None:
         settings["mux_type"] = mux
     if demux is not None:
@@ -382,10 +387,11 @@ def run_stage(config: TrainConfig) -> dict[str, Any]:
 def _resolved(config: TrainConfig, resume_from: Path | None) -> TrainConfig:
     """Defaults for the size of the model being trained, read from the checkpoint/preset."""
     if config.preset:
-        return resolve(config, config.preset)
+        return resolve(config, config.preset, config.num_instances or MuxBertConfig.num_instances)
     source = resume_from or config.init or config.init_encoder
     saved = read_model_config(source) if source else {}
-    return resolve(config, size_of(_Attrs(saved)))
+    instances = config.num_instances or saved.get("num_instances") or (2 if config.init_encoder else 1)
+    return resolve(config, size_of(_Attrs(saved)), instances)
 
 
 class _Attrs:

@@ -1,0 +1,58 @@
+"""Plot learning curves kept by ``sweep.py``: held-out metric against step, one line per run,
+one panel per group of runs (by default, by number of instances).
+
+    python3 benchmarks/experiments/plot_curves.py benchmarks/results/curves/priming \
+        --metric accuracy --output benchmarks/results/curves/priming.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+
+def read_curve(path: Path) -> tuple[dict, list[dict]]:
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    header = next((r for r in records if r.get("kind") == "settings"), {"run": path.stem, "settings": {}})
+    return header, [r for r in records if r.get("kind") == "eval"]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder")
+    parser.add_argument("--metric", default="accuracy", help="key of the eval records to plot")
+    parser.add_argument("--panel-by", default="num_instances", help="setting that splits the runs into panels")
+    parser.add_argument("--title", default=None)
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = defaultdict(list)
+    for path in sorted(Path(args.folder).glob("*.jsonl")):
+        header, evals = read_curve(path)
+        if evals:
+            panels[header["settings"].get(args.panel_by)].append((header["run"], evals))
+    keys = sorted(panels, key=lambda k: (k is None, k))
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
+    for axis, key in zip(axes[0], keys):
+        for run, evals in panels[key]:
+            axis.plot([r["step"] for r in evals], [100 * r[args.metric] if args.metric == "accuracy" else r[args.metric]
+                                                  for r in evals], marker="o", markersize=3, label=run)
+        axis.set_title(f"{args.panel_by} = {key}")
+        axis.set_xlabel("step")
+        axis.set_ylabel(f"held-out {args.metric}" + (" (%)" if args.metric == "accuracy" else ""))
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7)
+    fig.suptitle(args.title or Path(args.folder).name)
+    fig.tight_layout()
+    fig.savefig(args.output, dpi=110)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

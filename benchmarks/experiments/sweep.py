@@ -1,0 +1,86 @@
+"""Training-recipe experiments: runs named stage settings through the real pipeline
+(``muxplm.training.run_stage``) and keeps each run's log as a learning curve.
+
+    python3 benchmarks/experiments/sweep.py GRID [--only a,b] [--threads 1] [--runs-dir runs/sweeps]
+
+Each run's ``log.jsonl`` is copied to ``benchmarks/results/curves/GRID/RUN.jsonl`` (its settings
+and wall time ride along in a first ``{"kind": "settings"}`` record); ``plot_curves.py`` draws
+them. Runs whose curve file exists are skipped, so shards can run side by side (``--only``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from muxplm.training import TrainConfig, run_stage
+
+ROOT = Path(__file__).resolve().parents[2]
+CURVES = ROOT / "benchmarks" / "results" / "curves"
+
+
+def priming(n: int, *, groups: int | None = None, instances: int = 32, key_norm: float = 1.0,
+            softmax: str = "full", demux: str = "rsa", lr: float = 1e-3, length: int = 32, steps: int = 300,
+            **extra):
+    """Retrieval-priming settings; ``groups`` (per step) overrides ``instances`` as groups x N."""
+    return dict(stage="retrieval", preset="tiny", num_instances=n, demux_type=demux, batch_size=groups * n if groups else instances,
+                lr=lr, max_length=length, max_steps=steps, warmup_ratio=0.1, eval_steps=50, save_steps=steps,
+                logging_steps=10, model_overrides={"mux_key_norm": key_norm, "retrieval_softmax": softmax}, **extra)
+
+
+GRIDS = {
+    # What primes the demultiplexer at high N: key norm, instances vs groups per step, softmax.
+    "priming": {
+        f"n{n}-{name}": priming(n, **kw)
+        for n in (5, 10)
+        for name, kw in {
+            "base": dict(),
+            "norm16": dict(key_norm=16.0),
+            "g32-inbatch": dict(groups=32, softmax="in_batch"),
+            "g32-inbatch-norm16": dict(groups=32, softmax="in_batch", key_norm=16.0),
+            "unbind": dict(demux="unbind"),
+            "unbind-g32-inbatch": dict(demux="unbind", groups=32, softmax="in_batch"),
+        }.items()
+    },
+}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("grid", choices=sorted(GRIDS))
+    parser.add_argument("--only", help="comma-separated run names")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--runs-dir", default=str(ROOT / "runs" / "sweeps"))
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    runs = GRIDS[args.grid]
+    names = args.only.split(",") if args.only else list(runs)
+    out_dir = CURVES / args.grid
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        curve = out_dir / f"{name}.jsonl"
+        if curve.exists():
+            print(f"{name}: done before, skipped", flush=True)
+            continue
+        settings = runs[name]
+        run_dir = Path(args.runs_dir) / args.grid / name
+        shutil.rmtree(run_dir, ignore_errors=True)
+        start = time.time()
+        summary = run_stage(TrainConfig(output_dir=str(run_dir), progress=False, **settings))
+        wall = time.time() - start
+        header = {"kind": "settings", "run": name, "settings": settings, "wall_seconds": wall,
+                  "threads": torch.get_num_threads(), "final_eval": summary.get("eval")}
+        lines = (run_dir / "log.jsonl").read_text().splitlines()
+        curve.write_text("\n".join([json.dumps(header), *lines]) + "\n")
+        print(f"{name}: {wall:.0f}s, eval {summary.get('eval')}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
