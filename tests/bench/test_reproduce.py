@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from muxplm.bench.analysis import load_records
+from muxplm.training.evaluate import changed_fraction
 from muxplm.bench.reproduce import (
     check_targets,
     resolve_recipe,
@@ -54,9 +55,23 @@ def test_micro_table_has_table1_shape(micro_run):
     lines = (out / "table.md").read_text().strip().splitlines()
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert header == ["model", "N", "sentiment", "ner", "sentence avg", "token avg", "throughput gain",
-                      "retention (sent / token)"]
+                      "retention (sent / token)", "changed by composition"]
     assert len(lines) == 4 and lines[2].startswith("| BERT | 1 |") and lines[3].startswith("| MUX-BERT N=2 | 2 |")
     assert all(len(line.strip("|").split("|")) == len(header) for line in lines[2:])
+
+
+def test_micro_stability_is_measured_for_mux_rows(micro_run):
+    _, results = micro_run
+    for task in ("sentiment", "ner"):
+        changed = results["evaluations"]["mux-bert-2"][task]["changed_across_seeds"]
+        assert 0.0 <= changed <= 1.0
+        assert results["rows"]["mux-bert-2"]["scores"][task]["changed_across_seeds"] == changed
+        assert results["evaluations"]["bert"][task]["changed_across_seeds"] == 0.0  # one composition
+
+
+def test_changed_fraction_counts_units_that_differ_between_seeds():
+    assert changed_fraction([[0, 1, 1, 2], [0, 1, 0, 2], [0, 2, 1, 2]]) == 0.5
+    assert changed_fraction([[3, 4]]) == 0.0
 
 
 def test_micro_retention_and_gain_come_from_measured_values(micro_run):

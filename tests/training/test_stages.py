@@ -14,10 +14,12 @@ from muxplm.metrics import compute_task_metrics
 from muxplm.training import (
     TrainConfig,
     TrainingDiverged,
+    build_config,
     evaluate_checkpoint,
     evaluate_model,
     load_classifier,
     load_task_features,
+    resolve,
     run_stage,
 )
 
@@ -167,3 +169,20 @@ def test_load_best_at_end_needs_evaluations_at_the_saved_steps(tmp_path):
     with pytest.raises(ValueError, match="multiple of eval_steps"):
         run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(tmp_path), eval_steps=2,
                               save_steps=3, load_best_at_end=True, max_steps=6, **MICRO))
+
+
+def test_new_mux_models_get_the_unbinding_demux_and_the_tiny_priming_recipe(primed, pretrained):
+    # A fresh MUX model without --demux-type primes with the unbinding demultiplexer; the next
+    # stage keeps whatever its checkpoint has.
+    assert _config(primed)["demux_type"] == "unbind" and _config(pretrained)["demux_type"] == "unbind"
+    # Recipe: priming batches counted in groups, in-batch softmax; MUX pre-training adds r = 0.2.
+    primed_settings = json.loads((primed / "train_config.json").read_text())
+    assert primed_settings["batch_size"] == 8  # given in instances: wins over the recipe's groups
+    resolved = resolve(TrainConfig(stage="retrieval", preset="tiny"), "tiny", num_instances=5)
+    assert resolved.batch_groups == 32 and resolved.batch_size == 32 * 5 and resolved.max_length == 32
+    assert resolved.retrieval_softmax == "in_batch"
+    assert resolve(TrainConfig(stage="mlm", preset="tiny"), "tiny", num_instances=2).retrieval_loss_weight == 0.2
+    assert resolve(TrainConfig(stage="mlm", preset="tiny"), "tiny", num_instances=1).retrieval_loss_weight is None
+    assert _config(pretrained)["retrieval_loss_weight"] == 0.2 and _config(pretrained)["retrieval_softmax"] == "in_batch"
+    with pytest.raises(ValueError, match="batch_groups"):
+        build_config(stage="retrieval", batch_groups=0)

@@ -74,6 +74,8 @@ SENTENCE_TASKS, TOKEN_TASKS = ("sentiment", "trec"), ("pos", "ner")
 # Retention targets (MUX score / N=1 score) per N: (sentence tasks, token tasks); and the lead
 # MUX-BERT must keep over T-MUX at N=2 on the sentence tasks, in points.
 RETENTION_TARGETS = {2: (0.97, 0.99), 5: (0.94, 0.975), 10: (0.90, 0.95)}
+# Stability: the most any task's predictions may change across composition seeds, per N.
+STABILITY_TARGETS = {2: 0.05, 5: 0.10}
 TMUX_GAP_TARGET = 10.0
 
 _TINY_2L = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512)
@@ -249,7 +251,8 @@ def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ens
         # max_eval_examples is part of its settings) and with the seeds and ensemble asked for.
         cached = json.loads(path.read_text())
         seeds = recipe["seeds"] if cached.get("num_instances", 1) > 1 else 1
-        if (cached.get("ensemble") or not ensemble) and len(cached.get("seeds", ())) == seeds:
+        if (cached.get("ensemble") or not ensemble) and len(cached.get("seeds", ())) == seeds \
+                and "changed_across_seeds" in cached:
             return cached
     return evaluate_checkpoint(
         checkpoint, task, seeds=recipe["seeds"], ensemble=ensemble, max_length=recipe["max_length"],
@@ -308,7 +311,7 @@ def summarize_results(models: list[str], tasks: list[str], evaluations: dict[str
             stats = result["summary"]["main"]
             scores[task] = dict(mean=100 * stats["mean"], std=100 * stats["std"], max=100 * stats["max"],
                                 min=100 * stats["min"], metric=result["main_metric"],
-                                seeds=len(result["seeds"]),
+                                seeds=len(result["seeds"]), changed_across_seeds=result.get("changed_across_seeds"),
                                 ensemble=None if not result.get("ensemble") else 100 * result["ensemble"]["main"])
         row = dict(label=MODELS[key].label, num_instances=MODELS[key].num_instances, baseline=MODELS[key].baseline,
                    scores=scores)
@@ -364,6 +367,14 @@ def check_targets(rows: dict[str, dict]) -> list[dict[str, Any]]:
                 message += f" — short by {100 * (target - value):.1f} points"
             checks.append(dict(model=key, what=f"{group} retention", value=value, target=target, met=met,
                                message=message))
+        changed = [s.get("changed_across_seeds") for s in row["scores"].values()]
+        limit = STABILITY_TARGETS.get(model.num_instances)
+        if limit is not None and changed and None not in changed:
+            worst = max(changed)
+            met = worst <= limit
+            checks.append(dict(model=key, what="stability", value=worst, target=limit, met=met, message=(
+                f"{'ok    ' if met else 'MISSED'} {row['label']}: at most {100 * worst:.1f}% of predictions change "
+                f"across composition seeds (target <= {100 * limit:.0f}%)")))
     if "mux-bert-2" in rows and "tmux-2" in rows and rows["mux-bert-2"]["sentence_avg"] is not None:
         gap = rows["mux-bert-2"]["sentence_avg"] - rows["tmux-2"]["sentence_avg"]
         met = gap >= TMUX_GAP_TARGET
@@ -384,7 +395,7 @@ def table1_markdown(rows: dict[str, dict], tasks: list[str]) -> str:
     columns = ["model", "N", *tasks]
     columns += ["sentence avg"] if sentence else []
     columns += ["token avg"] if token else []
-    columns += ["throughput gain", "retention (sent / token)"]
+    columns += ["throughput gain", "retention (sent / token)", "changed by composition"]
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for key, row in rows.items():
         many = row["num_instances"] > 1
@@ -400,6 +411,8 @@ def table1_markdown(rows: dict[str, dict], tasks: list[str]) -> str:
         retention = [row["retention"].get(f"{g}_avg") for g in ("sentence", "token")]
         cells.append(" / ".join("-" if r is None else f"{100 * r:.1f}%" for r in retention)
                      if row["baseline_used"] not in (None, key) else "-")
+        changed = [row["scores"][t].get("changed_across_seeds") for t in tasks]
+        cells.append(" / ".join("-" if c is None else f"{100 * c:.1f}%" for c in changed) if many else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

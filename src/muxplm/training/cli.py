@@ -74,6 +74,8 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--mux-type", choices=MUX_TYPES)
     model.add_argument("--demux-type", choices=DEMUX_TYPES)
     model.add_argument("--retrieval-loss-weight", type=float, help="auxiliary retrieval loss weight r")
+    model.add_argument("--retrieval-softmax", choices=("full", "in_batch"),
+                       help="retrieval loss over the vocabulary or over the batch's tokens (cheaper)")
     model.add_argument("--dropout", type=float, help="hidden and attention dropout")
     model.add_argument("--model-overrides", type=json.loads, help='JSON config overrides, e.g. \'{"num_hidden_layers": 2}\'')
     model.add_argument("--tokenizer", help="tokenizer directory (default: the checkpoint's, else MiniLM's vocab)")
@@ -88,7 +90,8 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--mlm-probability", type=float)
     optim = parser.add_argument_group("optimisation")
     optim.add_argument("--lr", type=float)
-    optim.add_argument("--batch-size", type=int, help="per process")
+    optim.add_argument("--batch-size", type=int, help="per process, in instances")
+    optim.add_argument("--batch-groups", type=int, help="per process, in multiplexed groups (batch = groups x N)")
     optim.add_argument("--eval-batch-size", type=int)
     optim.add_argument("--gradient-accumulation-steps", type=int)
     optim.add_argument("--max-steps", type=int)

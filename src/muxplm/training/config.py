@@ -35,6 +35,7 @@ class TrainConfig:
     mux_type: str | None = None
     demux_type: str | None = None
     retrieval_loss_weight: float | None = None
+    retrieval_softmax: str | None = None  # full | in_batch (the model config's field; training only)
     dropout: float | None = None
     model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"num_hidden_layers": 2}
     tokenizer: str | None = None
@@ -94,11 +95,16 @@ PAPER_RECIPE = {
 PAPER_RECIPE["electra"] = dict(PAPER_RECIPE["mlm"])
 
 # CPU recipe for the tiny preset: short sequences, higher learning rates, a few hundred steps.
+# Priming (benchmarks/results/curves/priming): 32 multiplexed groups a step, 32-token blocks and
+# the in-batch softmax; MUX pre-training keeps the auxiliary retrieval loss (r = 0.2), without
+# which a short MLM stage undoes the priming (ignored for N = 1, which has nothing to retrieve).
 TINY_RECIPE = {
-    "retrieval": dict(lr=1e-3, batch_size=32, max_length=64, max_steps=300, warmup_ratio=0.1,
-                      weight_decay=0.01, eval_steps=100, save_steps=100, logging_steps=10),
+    "retrieval": dict(lr=1e-3, batch_groups=32, max_length=32, max_steps=400, warmup_ratio=0.1,
+                      weight_decay=0.01, eval_steps=100, save_steps=100, logging_steps=10,
+                      retrieval_softmax="in_batch"),
     "mlm": dict(lr=5e-4, batch_size=32, max_length=64, max_steps=400, warmup_ratio=0.1,
-                weight_decay=0.01, eval_steps=200, save_steps=200, logging_steps=10),
+                weight_decay=0.01, eval_steps=200, save_steps=200, logging_steps=10,
+                retrieval_loss_weight=0.2, retrieval_softmax="in_batch"),
     "finetune": dict(lr=1e-4, batch_size=32, max_length=64, num_epochs=3.0, warmup_ratio=0.1,
                      weight_decay=0.0, eval_steps=200, save_steps=200, logging_steps=10),
 }
@@ -115,6 +121,8 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> Tr
     ``num_instances`` turns a batch given in groups into instances."""
     values = config.to_dict()
     recipe = recipe_for(config.stage, size)
+    if num_instances == 1:
+        recipe.pop("retrieval_loss_weight", None)
     if values["batch_size"] is None and values["batch_groups"] is None:
         values["batch_groups"] = recipe.pop("batch_groups", None)
     if values["batch_size"] is None and values["batch_groups"] is not None:
@@ -166,6 +174,8 @@ def validate(config: TrainConfig) -> None:
     if config.load_best_at_end and config.eval_steps and config.save_steps and config.save_steps % config.eval_steps:
         raise ValueError(f"load_best_at_end compares the evaluations made when checkpoints are saved: save_steps "
                          f"({config.save_steps}) must be a multiple of eval_steps ({config.eval_steps})")
+    if config.retrieval_softmax not in (None, "full", "in_batch"):
+        raise ValueError(f"retrieval_softmax must be 'full' or 'in_batch', got {config.retrieval_softmax!r}")
     if not 0 < config.mlm_probability < 1:
         raise ValueError(f"mlm_probability must lie in (0, 1), got {config.mlm_probability}")
 

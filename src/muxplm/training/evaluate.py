@@ -64,6 +64,24 @@ def evaluate_model(model, spec: TaskSpec, features, tokenizer, batch_size: int =
     return score(spec, *predict(model, features, collate, batch_size, composition_seed, ensemble))
 
 
+def predicted_labels(spec: TaskSpec, outputs: list, golds: list) -> list:
+    """The predicted label of every scored unit: one per example for sentence tasks, one per
+    labelled token for token tasks (regression: the rounded prediction)."""
+    if spec.kind == "token":
+        return [p for row, gold in zip(outputs, golds) for p, g in zip(row, gold) if g != -100]
+    logits = torch.stack(outputs)
+    return logits.view(-1).round(decimals=1).tolist() if spec.is_regression else logits.argmax(-1).tolist()
+
+
+def changed_fraction(per_seed_predictions: list[list]) -> float:
+    """Stability across composition seeds: the fraction of units whose prediction is not the
+    same under every seed (0 for a plain model)."""
+    if len(per_seed_predictions) < 2 or not per_seed_predictions[0]:
+        return 0.0
+    changed = sum(len(set(unit)) > 1 for unit in zip(*per_seed_predictions))
+    return changed / len(per_seed_predictions[0])
+
+
 def summarize(per_seed: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     """Mean, std (sample), max, min and best-minus-worst of every metric across seeds."""
     summary = {}
@@ -100,6 +118,7 @@ def evaluate_checkpoint(
 
     Returns ``{"checkpoint", "task", "num_instances", "num_examples", "seeds": [...],
     "per_seed": [metrics...], "summary": {metric: {mean, std, max, min, best_minus_worst}},
+    "changed_across_seeds": fraction of predictions that differ between seeds,
     "ensemble": metrics or None}`` and writes it to ``output_file`` when given.
     Raises ``ValueError`` when the checkpoint is not a classifier for this kind of task, or
     its labels do not match the task's.
@@ -124,11 +143,19 @@ def evaluate_checkpoint(
         model.to(device)
     n = model.config.num_instances
     seed_list = list(range(seeds)) if n > 1 else [0]  # N=1: every composition is the same
-    per_seed = [evaluate_model(model, spec, rows, tokenizer, batch_size, seed) for seed in seed_list]
+    collate = PaddingCollator(tokenizer)
+    per_seed, predictions = [], []
+    for seed in seed_list:
+        outputs, golds = predict(model, rows, collate, batch_size, seed)
+        per_seed.append(score(spec, outputs, golds))
+        predictions.append(predicted_labels(spec, outputs, golds))
     result = {
         "checkpoint": str(checkpoint), "task": spec.name, "split": split, "num_instances": n,
         "num_examples": len(rows), "main_metric": spec.metric, "seeds": seed_list,
         "per_seed": per_seed, "summary": summarize(per_seed),
+        # Fraction of examples (token tasks: labelled tokens) whose prediction changes with
+        # the composition, i.e. with which other inputs share the forward pass.
+        "changed_across_seeds": changed_fraction(predictions),
         "ensemble": evaluate_model(model, spec, rows, tokenizer, batch_size, 0, ensemble=True)
         if ensemble else None,
     }

@@ -293,8 +293,9 @@ def _config_overrides(config: TrainConfig, labels: dict[str, Any]) -> dict[str, 
     overrides = dict(config.model_overrides)
     if config.dropout is not None:
         overrides.update(hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout)
-    if config.retrieval_loss_weight is not None:
-        overrides["retrieval_loss_weight"] = config.retrieval_loss_weight
+    for field in ("retrieval_loss_weight", "retrieval_softmax"):
+        if getattr(config, field) is not None:
+            overrides[field] = getattr(config, field)
     overrides.update(labels)
     return overrides
 
