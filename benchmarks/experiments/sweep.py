@@ -51,6 +51,48 @@ GRIDS = {
 }
 
 
+SMALL_DATA = ROOT / "runs" / "sweeps" / "data"
+PRETRAINED = ROOT / "runs" / "reproduce-issue9"  # made by benchmarks/run_cpu_reproduce_issue9.sh
+
+
+def small_sentiment_files(size: int = 3200) -> tuple[str, str]:
+    """A user's own small binary data set, as CSV files: ``size`` training sentences drawn
+    from the built-in sentiment task's training split, its whole validation split as dev."""
+    import csv
+
+    from muxplm.data import get_task
+
+    _, data = get_task("sentiment")
+    SMALL_DATA.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for split, rows in (("train", data["train"].shuffle(seed=0).select(range(size))), ("dev", data["validation"])):
+        path = SMALL_DATA / f"sentiment-{size}-{split}.csv"
+        with open(path, "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["text", "label"])
+            writer.writerows((row["text"], ["negative", "positive"][row["label"]]) for row in rows)
+        paths.append(str(path))
+    return paths[0], paths[1]
+
+
+def small_data(n: int, **settings):
+    """Fine-tuning on the small CSV data set from the reproduction's pre-trained checkpoint,
+    with the recipe's defaults except ``settings``."""
+    key = "bert" if n == 1 else f"mux-bert-{n}"
+    return dict(stage="finetune", init=str(PRETRAINED / key / "2-pretrain"), small_data=True,
+                eval_steps=50, save_steps=10**9, logging_steps=10, **settings)
+
+
+GRIDS["small-data"] = {
+    f"n{n}-{name}": small_data(n, **kw)
+    for n in (1, 2, 5)
+    for name, kw in {
+        "old-defaults": dict(lr=1e-4, num_epochs=3.0),  # the tiny fine-tuning recipe before issue 9
+        "defaults": dict(),
+    }.items()
+}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grid", choices=sorted(GRIDS))
@@ -69,7 +111,9 @@ def main(argv=None) -> None:
         if curve.exists():
             print(f"{name}: done before, skipped", flush=True)
             continue
-        settings = runs[name]
+        settings = dict(runs[name])
+        if settings.pop("small_data", False):
+            settings["train_file"], settings["validation_file"] = small_sentiment_files()
         run_dir = Path(args.runs_dir) / args.grid / name
         shutil.rmtree(run_dir, ignore_errors=True)
         start = time.time()

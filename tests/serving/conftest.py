@@ -48,10 +48,11 @@ def sentence_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def token_dir(tmp_path_factory, tokenizer):
-    """N=2 token classifier with tokenizer files."""
+    """N=2 token classifier with tokenizer files, with the unbinding demux (what training gives
+    new MUX models)."""
     torch.manual_seed(1)
     config = MuxBertConfig.from_preset(
-        "tiny", **SMALL, num_instances=2, num_labels=3,
+        "tiny", **SMALL, num_instances=2, num_labels=3, demux_type="unbind",
         id2label={0: "O", 1: "B-X", 2: "I-X"}, label2id={"O": 0, "B-X": 1, "I-X": 2},
     )
     folder = tmp_path_factory.mktemp("token")

@@ -186,3 +186,12 @@ def test_new_mux_models_get_the_unbinding_demux_and_the_tiny_priming_recipe(prim
     assert _config(pretrained)["retrieval_loss_weight"] == 0.2 and _config(pretrained)["retrieval_softmax"] == "in_batch"
     with pytest.raises(ValueError, match="batch_groups"):
         build_config(stage="retrieval", batch_groups=0)
+
+
+def test_min_steps_gives_small_data_sets_more_epochs(pretrained, tmp_path):
+    settings = {k: v for k, v in MICRO.items() if k not in ("preset", "model_overrides")}
+    summary = run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(tmp_path / "ft"),
+                                    init=str(pretrained), num_epochs=1.0, min_steps=5, max_train_examples=16,
+                                    max_eval_examples=8, **settings))
+    assert summary["total_steps"] == 5  # one epoch of 16 examples at batch 8 would be 2 steps
+    assert resolve(TrainConfig(task="sentiment", preset="tiny"), "tiny").min_steps == 600

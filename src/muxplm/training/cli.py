@@ -96,6 +96,7 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     optim.add_argument("--gradient-accumulation-steps", type=int)
     optim.add_argument("--max-steps", type=int)
     optim.add_argument("--num-epochs", type=float)
+    optim.add_argument("--min-steps", type=int, help="with --num-epochs: train at least this many steps")
     optim.add_argument("--warmup-ratio", type=float)
     optim.add_argument("--warmup-steps", type=int)
     optim.add_argument("--weight-decay", type=float)

@@ -59,6 +59,7 @@ class TrainConfig:
     gradient_accumulation_steps: int = 1
     max_steps: int | None = None
     num_epochs: float | None = None
+    min_steps: int | None = None  # training by epochs: at least this many steps (small data: more epochs)
     warmup_ratio: float | None = None
     warmup_steps: int | None = None
     weight_decay: float | None = None
@@ -105,7 +106,7 @@ TINY_RECIPE = {
     "mlm": dict(lr=5e-4, batch_size=32, max_length=64, max_steps=400, warmup_ratio=0.1,
                 weight_decay=0.01, eval_steps=200, save_steps=200, logging_steps=10,
                 retrieval_loss_weight=0.2, retrieval_softmax="in_batch"),
-    "finetune": dict(lr=1e-4, batch_size=32, max_length=64, num_epochs=3.0, warmup_ratio=0.1,
+    "finetune": dict(lr=2e-4, batch_size=32, max_length=64, num_epochs=3.0, min_steps=600, warmup_ratio=0.1,
                      weight_decay=0.0, eval_steps=200, save_steps=200, logging_steps=10),
 }
 TINY_RECIPE["electra"] = dict(TINY_RECIPE["mlm"])
@@ -161,7 +162,7 @@ def validate(config: TrainConfig) -> None:
         value = getattr(config, name)
         if value is not None and value <= 0:
             raise ValueError(f"{name} must be positive, got {value}")
-    for name in ("max_steps", "eval_steps", "save_steps", "logging_steps"):
+    for name in ("max_steps", "min_steps", "eval_steps", "save_steps", "logging_steps"):
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")

@@ -195,7 +195,8 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     if config.max_steps is not None:
         total_steps = config.max_steps
     else:
-        total_steps = max(1, math.ceil(config.num_epochs * sampler.batches_per_epoch / accumulation))
+        total_steps = max(1, config.min_steps or 1,
+                          math.ceil(config.num_epochs * sampler.batches_per_epoch / accumulation))
     warmup = config.warmup_steps if config.warmup_steps is not None else round(config.warmup_ratio * total_steps)
 
     model = run.model
