@@ -255,3 +255,24 @@ def test_unbind_demux_starts_as_the_inverse_of_the_mux_keys(mux):
     mixed = model.mux(x[None, :, None, :], torch.ones(1, 5, 1, dtype=torch.bool))[0, 0]
     similarity = torch.nn.functional.cosine_similarity((mixed * unbind)[:, None], x[None], dim=-1)
     assert torch.equal(similarity.argmax(dim=1), torch.arange(5))
+
+
+@pytest.mark.parametrize("n, mux, demux", [(1, "identity", "identity"), (2, "gaussian_hadamard", "unbind"),
+                                           (3, "gaussian_hadamard", "rsa"), (2, "gaussian_hadamard", "prefix")])
+def test_mean_pooling_sentence_head_demultiplexes_each_instances_token_mean(n, mux, demux):
+    model = build(MuxBertForSequenceClassification, n, mux, demux, sentence_pooling="mean").eval()
+    batch = random_batch(5)
+    state = model.bert.multiplex(**batch)
+    # Reference: pool the encoder output over each slot's own tokens, then demultiplex.
+    groups, length = state.muxed.shape[0], batch["input_ids"].shape[1]
+    mask = state.slot_mask.view(groups, n, length).float()
+    tokens = state.muxed[:, model.config.num_prefix_tokens:]
+    pooled = torch.stack([(mask[:, i, :, None] * tokens).sum(1) / mask[:, i].sum(-1, keepdim=True).clamp(min=1)
+                          for i in range(n)], dim=1)
+    expected = model.classifier(state.plan.ungroup(model.bert.demux.demux_states(state.muxed, pooled).flatten(0, 1)))
+    assert torch.allclose(model(**batch).logits, expected, atol=1e-5)
+    if n == 1:  # the plain model: mean pooling of BERT's last hidden states
+        hidden = model.bert(**batch).last_hidden_state
+        weights = batch["attention_mask"][..., None].float()
+        manual = model.classifier((hidden * weights).sum(1) / weights.sum(1))
+        assert torch.allclose(model(**batch).logits, manual, atol=1e-5)

@@ -93,6 +93,19 @@ GRIDS["small-data"] = {
 }
 
 
+def sentence_head(n: int, pooling: str, task: str = "sentiment"):
+    """Fine-tuning the reproduction's pre-trained checkpoint on a sentence task as its ``--full``
+    recipe does (2 epochs of all training data, lr 2e-4, 48 tokens), with a given pooling."""
+    key = "bert" if n == 1 else f"mux-bert-{n}"
+    return dict(stage="finetune", task=task, init=str(PRETRAINED / key / "2-pretrain"), sentence_pooling=pooling,
+                num_epochs=2.0, min_steps=1, lr=2e-4, batch_size=32, max_length=48, max_eval_examples=1000,
+                warmup_ratio=0.1, eval_steps=100, save_steps=10**9, logging_steps=20, num_instances=n)
+
+
+# Sentence heads: the first position (as BERT) against each instance's mean over its tokens.
+GRIDS["pooling"] = {f"n{n}-{pooling}": sentence_head(n, pooling) for n in (1, 2, 5, 10) for pooling in ("first", "mean")}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grid", choices=sorted(GRIDS))

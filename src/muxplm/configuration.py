@@ -32,7 +32,9 @@ MUX_FIELDS = (
     "num_demux_layers",
     "retrieval_loss_weight",
     "retrieval_softmax",
+    "sentence_pooling",
 )
+SENTENCE_POOLING = ("first", "mean")
 RETRIEVAL_SOFTMAX = ("full", "in_batch")
 IDENTITY_FIELDS = ("num_instances", "mux_type", "demux_type")
 
@@ -59,6 +61,10 @@ def _validate_mux_fields(config) -> None:
     if config.retrieval_softmax not in RETRIEVAL_SOFTMAX:
         raise ValueError(
             f"retrieval_softmax must be one of {', '.join(RETRIEVAL_SOFTMAX)}, got {config.retrieval_softmax!r}"
+        )
+    if config.sentence_pooling not in SENTENCE_POOLING:
+        raise ValueError(
+            f"sentence_pooling must be one of {', '.join(SENTENCE_POOLING)}, got {config.sentence_pooling!r}"
         )
     if config.hidden_size % config.num_attention_heads != 0:
         raise ValueError(
@@ -119,6 +125,8 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
         retrieval_softmax: ``full`` scores retrieval targets against the whole vocabulary; ``in_batch``
             (training only) against the distinct tokens of the batch, every instance's tokens
             included, which is what the demultiplexer must tell apart, at a fraction of the cost.
+        sentence_pooling: what sentence heads classify: ``first`` (the demultiplexed first position,
+            as in BERT), or ``mean`` (each instance's mean over its own tokens, demultiplexed).
 
     Named sizes: ``MuxBertConfig.from_preset("tiny" | "small" | "base" | "large", **overrides)``.
     """
@@ -133,6 +141,7 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
     num_demux_layers: int = 2
     retrieval_loss_weight: float | int = 0.0
     retrieval_softmax: str = "full"
+    sentence_pooling: str = "first"
 
     def __post_init__(self, **kwargs):
         _validate_mux_fields(self)
@@ -159,6 +168,7 @@ class MuxElectraConfig(MuxConfigMixin, ElectraConfig):
     num_demux_layers: int = 2
     retrieval_loss_weight: float | int = 0.0
     retrieval_softmax: str = "full"
+    sentence_pooling: str = "first"
     discriminator_loss_weight: float | int = 50.0
     replace_probability: float | int = 0.15
 

@@ -36,6 +36,11 @@ class Demultiplexer(nn.Module):
         super().__init__()
         self.num_instances = config.num_instances
 
+    def demux_states(self, h_mux: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        """Demultiplex per-instance summaries of the encoder output, ``[G, N, H] -> [G, N, H]``
+        (e.g. each instance's mean over its own token positions), as if each were a position."""
+        raise NotImplementedError(f"the {self.registry_name} demultiplexer does not demultiplex pooled states")
+
     def prefix_embeddings(self, slot_index: torch.Tensor) -> torch.Tensor | None:
         """Word-level embeddings ``[S, P, E]`` to prepend to each slot's tokens (T-MUX only)."""
         return None
@@ -54,6 +59,9 @@ class IdentityDemux(Demultiplexer):
 
     def gather(self, h_mux, groups, instances, positions) -> torch.Tensor:
         return h_mux[groups, positions]
+
+    def demux_states(self, h_mux: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        return states
 
 
 class KeyedMLP(nn.Module):
@@ -112,6 +120,13 @@ class _KeyedDemux(Demultiplexer):
         hidden = self.mlp.hidden_proj(h_mux[groups, positions + self.num_prefix_tokens])
         return self.mlp.finish(hidden + key_rows)
 
+    def demux_states(self, h_mux: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        return self.mlp.finish(self.mlp.hidden_proj(self.unbind(states)) + self.projected_keys(h_mux))
+
+    def unbind(self, states: torch.Tensor) -> torch.Tensor:
+        """Per-instance states ``[..., N, H]`` before the MLP (the RSA demux takes them as they are)."""
+        return states
+
 
 @register_demux("rsa")
 class RSADemux(_KeyedDemux):
@@ -156,6 +171,9 @@ class UnbindDemux(RSADemux):
             return
         keys = draw(self.num_instances, self.unbind_keys.shape[1], self.key_norm)
         init.copy_(self.unbind_keys, keys / keys.pow(2).mean(dim=-1, keepdim=True))
+
+    def unbind(self, states: torch.Tensor) -> torch.Tensor:
+        return states * self.unbind_keys.to(states.dtype)
 
     def forward(self, h_mux: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         tokens = h_mux if positions is None else h_mux[:, positions]  # [G, P, H]

@@ -158,10 +158,26 @@ class MuxState:
         n = self.plan.num_instances
         return self.demux.gather(self.muxed, slots // n, slots % n, positions)
 
+    def pooled_rows(self) -> torch.Tensor:
+        """Every output row's demultiplexed mean over its own tokens: ``[C*B, H]``."""
+        pooled = pooled_instance_states(self.demux, self.muxed, self.slot_mask)
+        return self.plan.ungroup(pooled.flatten(0, 1))
+
     def demux_where(self, selection: torch.Tensor) -> torch.Tensor:
         """Vectors for the True entries of a ``[B, L]`` boolean selection, row-major: ``[M, H]``."""
         rows, positions = selection.nonzero(as_tuple=True)
         return self.demux_slots(self.plan.slot_of[rows], positions)
+
+
+def pooled_instance_states(demux: Demultiplexer, muxed: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
+    """Each instance's mean over its own token positions of the encoder output, demultiplexed:
+    ``[G, N, H]``. Pooling comes first: it is linear, so for the unbinding demux it equals the
+    mean of the unbound states, at the cost of demultiplexing one position."""
+    groups, length = muxed.shape[0], slot_mask.shape[-1]
+    weights = slot_mask.view(groups, -1, length).to(muxed.dtype)  # [G, N, L]; fillers all zero
+    tokens = muxed[:, demux.num_prefix_tokens:]
+    pooled = torch.einsum("gnl,glh->gnh", weights, tokens) / weights.sum(-1, keepdim=True).clamp(min=1)
+    return demux.demux_states(muxed, pooled)
 
 
 class MuxBackboneMixin:
@@ -509,7 +525,9 @@ class _LinearHeadMixin(MuxHeadMixin):
 
 class MuxSequenceClassificationMixin(_LinearHeadMixin):
     """Classification (or regression when ``num_labels == 1``) from the demultiplexed first
-    position; ``ensemble=True`` averages the logits of N copies of every instance."""
+    position, or from each instance's demultiplexed mean over its tokens
+    (``config.sentence_pooling = "mean"``); ``ensemble=True`` averages the logits of N copies
+    of every instance."""
 
 
     def forward(
@@ -525,8 +543,11 @@ class MuxSequenceClassificationMixin(_LinearHeadMixin):
         state = self._multiplex(
             input_ids, attention_mask, token_type_ids, composition_seed=composition_seed, ensemble=ensemble
         )
-        first = state.demux_rows(torch.zeros(1, dtype=torch.long, device=input_ids.device))[:, 0]
-        logits = state.plan.reduce_copies(self.classifier(self.dropout(first)))
+        if self.config.sentence_pooling == "mean":
+            pooled = state.pooled_rows()
+        else:
+            pooled = state.demux_rows(torch.zeros(1, dtype=torch.long, device=input_ids.device))[:, 0]
+        logits = state.plan.reduce_copies(self.classifier(self.dropout(pooled)))
         loss = None
         if labels is not None:
             loss = sequence_classification_loss(self.config, logits, labels)

@@ -72,6 +72,17 @@ def prefix_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def pooled_dir(tmp_path_factory):
+    """N=4 sentence classifier that reads each instance's mean over its tokens (unbinding demux)."""
+    torch.manual_seed(5)
+    config = MuxBertConfig.from_preset("tiny", **SMALL, num_instances=4, demux_type="unbind",
+                                       sentence_pooling="mean", num_labels=2)
+    folder = tmp_path_factory.mktemp("pooled")
+    MuxBertForSequenceClassification(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def regression_dir(tmp_path_factory):
     torch.manual_seed(2)
     config = MuxBertConfig.from_preset("tiny", **SMALL, num_instances=2, num_labels=1)

@@ -29,7 +29,7 @@ def onnx_vs_torch(model, path, batch, length, seed):
     return (got - expected).abs().max()
 
 
-@pytest.mark.parametrize("fixture", ["sentence_dir", "token_dir"])
+@pytest.mark.parametrize("fixture", ["sentence_dir", "token_dir", "pooled_dir"])
 def test_export_parity_with_other_batch_sizes(fixture, request, tmp_path):
     model_dir = request.getfixturevalue(fixture)
     result = export_onnx(model_dir, tmp_path, example_batch=4, example_length=12)
@@ -59,7 +59,7 @@ def test_cli_export_and_onnx_predictor(sentence_dir, tmp_path, capsys):
     assert [r["score"] for r in onnx_ensemble] != pytest.approx([r["score"] for r in onnx_results], abs=1e-4)
 
 
-@pytest.mark.parametrize("fixture", ["token_dir", "prefix_dir"])
+@pytest.mark.parametrize("fixture", ["token_dir", "prefix_dir", "pooled_dir"])
 def test_onnx_ensemble_logits_match_torch(fixture, request, tmp_path):
     model_dir = request.getfixturevalue(fixture)
     export_onnx(model_dir, tmp_path, example_batch=4, example_length=12)

@@ -23,6 +23,7 @@ from torch.nn import functional as F
 from transformers.masking_utils import create_bidirectional_mask
 
 from ..grouping import plan_groups
+from ..modeling_mux import pooled_instance_states
 from .predictor import Predictor, _TOKENIZER_FILES
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -80,7 +81,9 @@ class ExportableMuxClassifier(nn.Module):
         )
         for layer in base.encoder.layer:
             hidden = layer(hidden, encoder_mask)
-        if self.task == "sentence":
+        if self.task == "sentence" and self.config.sentence_pooling == "mean":
+            states = pooled_instance_states(base.demux, hidden, slot_mask)
+        elif self.task == "sentence":
             states = base.demux(hidden, torch.zeros(1, dtype=torch.long, device=input_ids.device))[:, :, 0]
         else:
             states = base.demux(hidden, None)  # [G, N, L, H]

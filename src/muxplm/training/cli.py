@@ -76,6 +76,8 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--retrieval-loss-weight", type=float, help="auxiliary retrieval loss weight r")
     model.add_argument("--retrieval-softmax", choices=("full", "in_batch"),
                        help="retrieval loss over the vocabulary or over the batch's tokens (cheaper)")
+    model.add_argument("--sentence-pooling", choices=("first", "mean"),
+                       help="sentence heads read the first position or each instance's mean over its tokens")
     model.add_argument("--dropout", type=float, help="hidden and attention dropout")
     model.add_argument("--model-overrides", type=json.loads, help='JSON config overrides, e.g. \'{"num_hidden_layers": 2}\'')
     model.add_argument("--tokenizer", help="tokenizer directory (default: the checkpoint's, else MiniLM's vocab)")

@@ -36,6 +36,7 @@ class TrainConfig:
     demux_type: str | None = None
     retrieval_loss_weight: float | None = None
     retrieval_softmax: str | None = None  # full | in_batch (the model config's field; training only)
+    sentence_pooling: str | None = None  # first | mean (the model config's field)
     dropout: float | None = None
     model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"num_hidden_layers": 2}
     tokenizer: str | None = None
@@ -177,6 +178,8 @@ def validate(config: TrainConfig) -> None:
                          f"({config.save_steps}) must be a multiple of eval_steps ({config.eval_steps})")
     if config.retrieval_softmax not in (None, "full", "in_batch"):
         raise ValueError(f"retrieval_softmax must be 'full' or 'in_batch', got {config.retrieval_softmax!r}")
+    if config.sentence_pooling not in (None, "first", "mean"):
+        raise ValueError(f"sentence_pooling must be 'first' or 'mean', got {config.sentence_pooling!r}")
     if not 0 < config.mlm_probability < 1:
         raise ValueError(f"mlm_probability must lie in (0, 1), got {config.mlm_probability}")
 

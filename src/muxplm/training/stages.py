@@ -293,7 +293,7 @@ def _config_overrides(config: TrainConfig, labels: dict[str, Any]) -> dict[str, 
     overrides = dict(config.model_overrides)
     if config.dropout is not None:
         overrides.update(hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout)
-    for field in ("retrieval_loss_weight", "retrieval_softmax"):
+    for field in ("retrieval_loss_weight", "retrieval_softmax", "sentence_pooling"):
         if getattr(config, field) is not None:
             overrides[field] = getattr(config, field)
     overrides.update(labels)
