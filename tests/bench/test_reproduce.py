@@ -162,17 +162,18 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
     saved_file.write_text(json.dumps(saved))
     rerun(MICRO)
     assert {stage: trained(stage) for stage in before} == before
-    # The auxiliary retrieval loss only concerns MUX models: BERT keeps all its stages.
-    rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.2})
+    # The auxiliary retrieval loss only concerns MUX models: BERT keeps all its stages. (Unset,
+    # the tiny recipe gives MUX pre-training r = 0.2: another value is a change.)
+    rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.5})
     after = {stage: trained(stage) for stage in before}
     for stage in ("bert/2-pretrain", "bert/3-ner", "mux-bert-2/1-retrieval"):
         assert after[stage] == before[stage], stage
     for stage in ("mux-bert-2/2-pretrain", "mux-bert-2/3-ner", "mux-bert-2/eval-ner.json"):
         assert after[stage] > before[stage], stage
     saved = json.loads((runs / "mux-bert-2" / "2-pretrain" / "train_config.json").read_text())
-    assert saved["retrieval_loss_weight"] == 0.2
+    assert saved["retrieval_loss_weight"] == 0.5
     # An explicit None that the recipe does not fill is a value: max_train_examples=None = all data.
-    rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.2, "finetune.max_train_examples": None})
+    rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.5, "finetune.max_train_examples": None})
     assert trained("bert/2-pretrain") == after["bert/2-pretrain"]
     assert trained("bert/3-ner") > after["bert/3-ner"]
     assert json.loads((runs / "bert" / "2-pretrain" / "train_config.json").read_text())["retrieval_loss_weight"] is None
@@ -230,3 +231,19 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
             # The full recipe gives the sentence tasks all their data (the warm-start rows keep their cap).
             if preset == "full" and task == "sentiment":
                 assert stage.max_train_examples == (2000 if model.warm_start else None)
+
+
+def test_a_setting_newer_than_a_saved_stage_matches_the_value_that_reproduces_it(tmp_path):
+    from muxplm.bench.reproduce import _finished_with
+    from muxplm.training import TrainConfig
+
+    folder = tmp_path / "stage"
+    folder.mkdir()
+    saved = TrainConfig(output_dir=str(folder), task="sentiment", lr=2e-4).to_dict()
+    del saved["min_steps"], saved["sentence_pooling"]  # trained before these settings existed
+    (folder / "train_config.json").write_text(json.dumps(saved))
+    (folder / "train_results.json").write_text("{}")
+    same = dict(output_dir=str(folder), task="sentiment", lr=2e-4)
+    assert _finished_with(TrainConfig(**same, min_steps=1, sentence_pooling="first"))
+    assert not _finished_with(TrainConfig(**same, min_steps=600))
+    assert not _finished_with(TrainConfig(**same, sentence_pooling="mean"))

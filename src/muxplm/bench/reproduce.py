@@ -105,13 +105,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         corpus_sources=None,
         retrieval=dict(max_steps=400, lr=1e-3, batch_groups=32, max_length=32),
         pretrain=dict(max_steps=250, lr=5e-4, batch_size=32, retrieval_loss_weight=0.2),
-        finetune=dict(num_epochs=2.0, lr=2e-4, batch_size=32, max_train_examples=4000, max_eval_examples=1000),
+        # Fine-tuning lengths are set per task here: no minimum number of steps (min_steps=1).
+        finetune=dict(num_epochs=2.0, min_steps=1, lr=2e-4, batch_size=32, max_train_examples=4000,
+                      max_eval_examples=1000),
         # MUX models leave chance on the sentence tasks later than N=1 (measured: N=2 sentiment
         # loss still 0.69 after 250 steps, while N=1 learns from step ~100), so those get all
         # their training data: sentiment 2 epochs of 8607, trec 3 epochs of 4843 examples.
         # NER: WNUT-16 entities are rare; 2 epochs at 2e-4 predict none (F1 0 for every row),
         # 10 epochs at 1e-3 reach F1 22.7 with the BERT row (the earlier probe).
-        task_finetune=dict(sentiment=dict(max_train_examples=None), trec=dict(max_train_examples=None, num_epochs=3.0),
+        # Sentence heads pool each instance's tokens (the first position holds the same [CLS] for
+        # every multiplexed instance; benchmarks/results/curves/pooling).
+        task_finetune=dict(sentiment=dict(max_train_examples=None, sentence_pooling="mean"),
+                           trec=dict(max_train_examples=None, num_epochs=3.0, sentence_pooling="mean"),
                            ner=dict(num_epochs=10.0, lr=1e-3)),
         warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
         seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
@@ -144,6 +149,7 @@ _BOOKKEEPING = frozenset({"output_dir", "eval_steps", "save_steps", "logging_ste
 
 
 _ALWAYS_RESOLVED = ("max_steps", "num_epochs", "warmup_ratio", "warmup_steps", "eval_batch_size")
+_BEFORE_SETTING_EXISTED = {"min_steps": 1, "sentence_pooling": "first", "retrieval_softmax": "full"}
 
 
 def _finished_with(config: TrainConfig) -> bool:
@@ -161,7 +167,9 @@ def _finished_with(config: TrainConfig) -> bool:
     if config.init and Path(saved.get("init") or "").parts[-2:] != Path(config.init).parts[-2:]:
         return False
     wanted = json.loads(json.dumps(config.to_dict(), default=str))
-    defaults = TrainConfig().to_dict()  # what a setting newer than the saved file amounts to
+    # What a setting newer than the saved file amounts to: its default, or the value that
+    # reproduces how stages were trained before the setting existed.
+    defaults = {**TrainConfig().to_dict(), **_BEFORE_SETTING_EXISTED}
     # An unset (None) setting that the stage recipe fills in means "the default" and matches
     # whatever was resolved; any other None (e.g. max_train_examples: all data) is a value.
     filled = {*recipe_for(config.stage, "tiny"), *recipe_for(config.stage, None), *_ALWAYS_RESOLVED}

@@ -107,8 +107,10 @@ TINY_RECIPE = {
     "mlm": dict(lr=5e-4, batch_size=32, max_length=64, max_steps=400, warmup_ratio=0.1,
                 weight_decay=0.01, eval_steps=200, save_steps=200, logging_steps=10,
                 retrieval_loss_weight=0.2, retrieval_softmax="in_batch"),
+    # Sentence heads read each instance's mean over its tokens (benchmarks/results/curves/pooling:
+    # N = 2 sentiment 77.6 vs 73.5 from the first position; N = 1 80.3 vs 81.3).
     "finetune": dict(lr=2e-4, batch_size=32, max_length=64, num_epochs=3.0, min_steps=600, warmup_ratio=0.1,
-                     weight_decay=0.0, eval_steps=200, save_steps=200, logging_steps=10),
+                     weight_decay=0.0, eval_steps=200, save_steps=200, logging_steps=10, sentence_pooling="mean"),
 }
 TINY_RECIPE["electra"] = dict(TINY_RECIPE["mlm"])
 

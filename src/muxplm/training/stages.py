@@ -278,7 +278,7 @@ def _mux_settings(config: TrainConfig) -> dict[str, Any]:
     if config.num_instances is not None:
         settings["num_instances"] = config.num_instances
     mux, demux = config.mux_type, config.demux_type
-    if config.num_instances == 1:
+    if config.num_instances == 1 or mux == "identity":
         mux, demux = mux or "identity", demux or "identity"
     elif (config.preset or config.init_encoder) and not config.init:
         demux = demux or DEFAULT_NEW_DEMUX
