@@ -104,6 +104,11 @@ def sentence_head(n: int, pooling: str, task: str = "sentiment"):
 
 # Sentence heads: the first position (as BERT) against each instance's mean over its tokens.
 GRIDS["pooling"] = {f"n{n}-{pooling}": sentence_head(n, pooling) for n in (1, 2, 5, 10) for pooling in ("first", "mean")}
+# Fine-tuning learning rate at high N (at 2e-4 the N = 5 and 10 sentence heads stay at ln 2).
+GRIDS["pooling"].update({f"n{n}-mean-lr1e-3": dict(sentence_head(n, "mean"), lr=1e-3) for n in (1, 2, 5, 10)})
+# Fine-tuning length: a MUX step costs about 1/N of a plain one, so N x the epochs is the same compute.
+GRIDS["pooling"].update({f"n{n}-mean-{e}ep": dict(sentence_head(n, "mean"), num_epochs=float(e), eval_steps=250)
+                         for n, e in ((5, 10), (10, 20))})
 
 
 def main(argv=None) -> None:
