@@ -38,7 +38,7 @@ GRIDS = {
     # What primes the demultiplexer at high N: key norm, instances vs groups per step, softmax.
     "priming": {
         f"n{n}-{name}": priming(n, **kw)
-        for n in (5, 10)
+        for n in (2, 5, 10)
         for name, kw in {
             "base": dict(),
             "norm16": dict(key_norm=16.0),
@@ -87,7 +87,8 @@ GRIDS["small-data"] = {
     f"n{n}-{name}": small_data(n, **kw)
     for n in (1, 2, 5)
     for name, kw in {
-        "old-defaults": dict(lr=1e-4, num_epochs=3.0),  # the tiny fine-tuning recipe before issue 9
+        # the tiny fine-tuning recipe before issue 9
+        "old-defaults": dict(lr=1e-4, num_epochs=3.0, min_steps=1, sentence_pooling="first"),
         "defaults": dict(),
     }.items()
 }
