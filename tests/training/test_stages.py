@@ -195,3 +195,9 @@ def test_min_steps_gives_small_data_sets_more_epochs(pretrained, tmp_path):
                                     max_eval_examples=8, **settings))
     assert summary["total_steps"] == 5  # one epoch of 16 examples at batch 8 would be 2 steps
     assert resolve(TrainConfig(task="sentiment", preset="tiny"), "tiny").min_steps == 600
+    # MUX models fine-tune N times the epochs (the same encoder compute), at most 20; given
+    # epochs or steps are kept.
+    epochs = {n: resolve(TrainConfig(task="sentiment", preset="tiny"), "tiny", n).num_epochs for n in (1, 2, 5, 10)}
+    assert epochs == {1: 3.0, 2: 6.0, 5: 15.0, 10: 20.0}
+    assert resolve(TrainConfig(task="sentiment", preset="tiny", num_epochs=1.0), "tiny", 5).num_epochs == 1.0
+    assert resolve(TrainConfig(task="sentiment", preset="tiny", max_steps=7), "tiny", 5).num_epochs == 3.0  # unused
