@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from ..configuration import DEMUX_TYPES, MUX_TYPES, SIZE_PRESETS
+from ..configuration import DEMUX_TYPES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
 from .config import FAMILIES, MIXED_PRECISION, PRETRAIN_STAGES, build_config, load_config_file
 from .loop import TrainingDiverged
 
@@ -74,9 +74,9 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--mux-type", choices=MUX_TYPES)
     model.add_argument("--demux-type", choices=DEMUX_TYPES)
     model.add_argument("--retrieval-loss-weight", type=float, help="auxiliary retrieval loss weight r")
-    model.add_argument("--retrieval-softmax", choices=("full", "in_batch"),
+    model.add_argument("--retrieval-softmax", choices=RETRIEVAL_SOFTMAX,
                        help="retrieval loss over the vocabulary or over the batch's tokens (cheaper)")
-    model.add_argument("--sentence-pooling", choices=("first", "mean"),
+    model.add_argument("--sentence-pooling", choices=SENTENCE_POOLING,
                        help="sentence heads read the first position or each instance's mean over its tokens")
     model.add_argument("--dropout", type=float, help="hidden and attention dropout")
     model.add_argument("--model-overrides", type=json.loads, help='JSON config overrides, e.g. \'{"num_hidden_layers": 2}\'')

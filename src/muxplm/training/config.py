@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..configuration import RETRIEVAL_SOFTMAX, SENTENCE_POOLING
+
 STAGES = ("retrieval", "mlm", "electra", "finetune")
 PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
 FAMILIES = ("bert", "electra")
@@ -136,7 +138,7 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> Tr
         values["batch_size"] = values["batch_groups"] * num_instances
     epochs_cap = recipe.pop("epochs_scale_with_instances", None)
     if epochs_cap and values["num_epochs"] is None and values["max_steps"] is None:
-        values["num_epochs"] = min(recipe["num_epochs"] * num_instances, max(recipe["num_epochs"], epochs_cap))
+        values["num_epochs"] = min(recipe["num_epochs"] * num_instances, epochs_cap)
     for key, value in recipe.items():
         if values.get(key) is None:
             values[key] = value
@@ -184,10 +186,9 @@ def validate(config: TrainConfig) -> None:
     if config.load_best_at_end and config.eval_steps and config.save_steps and config.save_steps % config.eval_steps:
         raise ValueError(f"load_best_at_end compares the evaluations made when checkpoints are saved: save_steps "
                          f"({config.save_steps}) must be a multiple of eval_steps ({config.eval_steps})")
-    if config.retrieval_softmax not in (None, "full", "in_batch"):
-        raise ValueError(f"retrieval_softmax must be 'full' or 'in_batch', got {config.retrieval_softmax!r}")
-    if config.sentence_pooling not in (None, "first", "mean"):
-        raise ValueError(f"sentence_pooling must be 'first' or 'mean', got {config.sentence_pooling!r}")
+    for name, allowed in (("retrieval_softmax", RETRIEVAL_SOFTMAX), ("sentence_pooling", SENTENCE_POOLING)):
+        if getattr(config, name) not in (None, *allowed):
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(config, name)!r}")
     if not 0 < config.mlm_probability < 1:
         raise ValueError(f"mlm_probability must lie in (0, 1), got {config.mlm_probability}")
 

@@ -30,16 +30,17 @@ FULL = dict(
     model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None, instances=(1, 2, 5),
     retrieval=dict(max_steps=300, lr=1e-3, batch_groups=32, max_length=32, retrieval_softmax="in_batch"),
     mlm=dict(max_steps=250, lr=5e-4, batch_size=32),
-    finetune=dict(num_epochs=2.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None),
-    seeds=5, throughput=dict(batch_size=128, seq_length=48, num_batches=5, trials=3),
+    finetune=dict(num_epochs=2.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None,
+                  min_steps=1, sentence_pooling="mean"),
+    max_finetune_epochs=10.0, seeds=5, throughput=dict(batch_size=128, seq_length=48, num_batches=5, trials=3),
 )
 QUICK = dict(
     model_overrides=dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128),
     max_length=32, corpus_max_words=20_000, corpus_sources=["moby_dick"], instances=(1, 2),
     retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
     mlm=dict(max_steps=20, lr=1e-3, batch_size=16),
-    finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=800, max_eval_examples=200),
-    seeds=2, throughput=dict(batch_size=64, seq_length=32, num_batches=5, trials=2),
+    finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=800, max_eval_examples=200, min_steps=1),
+    max_finetune_epochs=1.0, seeds=2, throughput=dict(batch_size=64, seq_length=32, num_batches=5, trials=2),
 )
 
 
@@ -80,8 +81,11 @@ def run_demo(output_dir: str | Path = "runs/demo", quick: bool = False, seed: in
         else:
             mlm_init = dict(num_instances=1, **fresh)
         log["mlm"] = _stage(recipe, "mlm", tag / "2-mlm", seed, progress, **mlm_init)
+        # A MUX fine-tuning step over the same instances encodes N times fewer sequences: N times
+        # the epochs is the N = 1 model's compute, and what takes the N = 5 head off chance.
+        epochs = min(recipe["finetune"]["num_epochs"] * n, recipe["max_finetune_epochs"])
         log["finetune"] = _stage(recipe, "finetune", tag / f"3-{task}", seed, progress,
-                                 init=str(tag / "2-mlm"), task=task)
+                                 init=str(tag / "2-mlm"), task=task, num_epochs=epochs)
         evaluation = evaluate_checkpoint(
             tag / f"3-{task}", task, seeds=recipe["seeds"],
             max_length=recipe["max_length"], max_examples=recipe["finetune"]["max_eval_examples"],
