@@ -245,5 +245,6 @@ def test_a_setting_newer_than_a_saved_stage_matches_the_value_that_reproduces_it
     (folder / "train_results.json").write_text("{}")
     same = dict(output_dir=str(folder), task="sentiment", lr=2e-4)
     assert _finished_with(TrainConfig(**same, min_steps=1, sentence_pooling="first"))
+    assert _finished_with(TrainConfig(**same))  # left unset, a newer setting matches
     assert not _finished_with(TrainConfig(**same, min_steps=600))
     assert not _finished_with(TrainConfig(**same, sentence_pooling="mean"))

@@ -170,12 +170,13 @@ def _finished_with(config: TrainConfig) -> bool:
     if config.init and Path(saved.get("init") or "").parts[-2:] != Path(config.init).parts[-2:]:
         return False
     wanted = json.loads(json.dumps(config.to_dict(), default=str))
-    # What a setting newer than the saved file amounts to: its default, or the value that
-    # reproduces how stages were trained before the setting existed.
+    # A setting newer than the saved file: left unset it matches; set, it must be the value
+    # that reproduces how the stage was trained before the setting existed.
     defaults = {**TrainConfig().to_dict(), **_BEFORE_SETTING_EXISTED}
+    newer = {key for key in _BEFORE_SETTING_EXISTED if key not in saved}
     # An unset (None) setting that the stage recipe fills in means "the default" and matches
     # whatever was resolved; any other None (e.g. max_train_examples: all data) is a value.
-    filled = {*recipe_for(config.stage, "tiny"), *recipe_for(config.stage, None), *_ALWAYS_RESOLVED}
+    filled = {*recipe_for(config.stage, "tiny"), *recipe_for(config.stage, None), *_ALWAYS_RESOLVED, *newer}
     return all(saved.get(key, defaults[key]) == value for key, value in wanted.items()
                if key not in _BOOKKEEPING and not (value is None and key in filled))
 
