@@ -16,9 +16,12 @@ if [ -z "${SHARD:-}" ]; then
     shard a bert,mux-bert-10 & first=$!
     shard b mux-bert-2,mux-bert-5 & second=$!
     wait "$first"; wait "$second"
-else  # SHARD=a|b runs just that shard (how the committed record was made: b started later)
+else  # SHARD=a|b runs just that shard
     case "$SHARD" in a) shard a bert,mux-bert-10 ;; b) shard b mux-bert-2,mux-bert-5 ;; esac
     exit 0
 fi
+# Any other split works the same way (stages are shared through $RUNS): the committed record's
+# last stages ran as `muxplm reproduce --full --threads 1 --runs-dir $RUNS --models mux-bert-10
+# --tasks sentiment` and `... --tasks trec` side by side.
 muxplm reproduce --full --threads 1 --runs-dir "$RUNS" --output-dir "$OUT" --models "$MODELS" | tee "$OUT.log"
 mv "$OUT.log" "$OUT/log.txt"
