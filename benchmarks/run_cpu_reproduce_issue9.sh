@@ -23,5 +23,5 @@ fi
 # Any other split works the same way (stages are shared through $RUNS): the committed record's
 # last stages ran as `muxplm reproduce --full --threads 1 --runs-dir $RUNS --models mux-bert-10
 # --tasks sentiment` and `... --tasks trec` side by side.
-muxplm reproduce --full --threads 1 --runs-dir "$RUNS" --output-dir "$OUT" --models "$MODELS" | tee "$OUT.log"
+muxplm reproduce --full --threads 2 --runs-dir "$RUNS" --output-dir "$OUT" --models "$MODELS" | tee "$OUT.log"
 mv "$OUT.log" "$OUT/log.txt"
