@@ -39,7 +39,9 @@ class Demultiplexer(nn.Module):
     def demux_states(self, h_mux: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """Demultiplex per-instance summaries of the encoder output, ``[G, N, H] -> [G, N, H]``
         (e.g. each instance's mean over its own token positions), as if each were a position."""
-        raise NotImplementedError(f"the {self.registry_name} demultiplexer does not demultiplex pooled states")
+        # Every registered demultiplexer defines it; one that does not cannot serve mean pooling.
+        raise TypeError(f"the {self.registry_name} demultiplexer does not demultiplex pooled states: use "
+                        f"sentence_pooling='first' with it, or define demux_states")
 
     def prefix_embeddings(self, slot_index: torch.Tensor) -> torch.Tensor | None:
         """Word-level embeddings ``[S, P, E]`` to prepend to each slot's tokens (T-MUX only)."""
