@@ -6,7 +6,7 @@ from mux_testing import micro_config
 
 
 def test_registry_lists_every_demux_type():
-    assert set(DEMUX_REGISTRY) == {"rsa", "prefix", "identity"}
+    assert set(DEMUX_REGISTRY) == {"rsa", "unbind", "prefix", "identity"}
 
 
 def test_rsa_split_first_layer_equals_the_concatenated_mlp():
