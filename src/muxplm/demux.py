@@ -18,6 +18,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
 
+from .mux import MUX_REGISTRY
 from .registry import Registry
 
 DEMUX_REGISTRY = Registry("demux_type")
@@ -165,8 +166,6 @@ class UnbindDemux(RSADemux):
         super().reset_parameters()
         if not hasattr(self, "unbind_keys"):
             return  # called by the parent constructor, before the unbinding keys exist
-        from .mux import MUX_REGISTRY
-
         draw = getattr(MUX_REGISTRY[self.mux_type], "draw_keys", None) if self.mux_type in MUX_REGISTRY else None
         if draw is None:  # a multiplexer without Hadamard keys: random unbinding keys
             init.normal_(self.unbind_keys)
