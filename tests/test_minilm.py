@@ -31,8 +31,10 @@ def plain():
     return BertModel.from_pretrained(PATH).eval()
 
 
-def test_n1_identity_model_equals_bert(encoded, plain):
-    mux = MuxBertModel.from_encoder(PATH, num_instances=1, mux_type="identity", demux_type="identity").eval()
+@pytest.mark.parametrize("unmuxed", [0, 2])
+def test_n1_identity_model_equals_bert(encoded, plain, unmuxed):
+    mux = MuxBertModel.from_encoder(PATH, num_instances=1, mux_type="identity", demux_type="identity",
+                                    num_unmuxed_layers=unmuxed).eval()
     with torch.no_grad():
         expected = plain(**encoded).last_hidden_state
         got = mux(**encoded).last_hidden_state

@@ -33,10 +33,11 @@ MUX_FIELDS = (
     "retrieval_loss_weight",
     "retrieval_softmax",
     "sentence_pooling",
+    "num_unmuxed_layers",
 )
 SENTENCE_POOLING = ("first", "mean")
 RETRIEVAL_SOFTMAX = ("full", "in_batch")
-IDENTITY_FIELDS = ("num_instances", "mux_type", "demux_type")
+IDENTITY_FIELDS = ("num_instances", "mux_type", "demux_type", "num_unmuxed_layers")
 
 
 def _validate_mux_fields(config) -> None:
@@ -65,6 +66,12 @@ def _validate_mux_fields(config) -> None:
     if config.sentence_pooling not in SENTENCE_POOLING:
         raise ValueError(
             f"sentence_pooling must be one of {', '.join(SENTENCE_POOLING)}, got {config.sentence_pooling!r}"
+        )
+    unmuxed = config.num_unmuxed_layers
+    if not isinstance(unmuxed, int) or isinstance(unmuxed, bool) or not 0 <= unmuxed <= config.num_hidden_layers:
+        raise ValueError(
+            f"num_unmuxed_layers must be an integer between 0 and num_hidden_layers ({config.num_hidden_layers}), "
+            f"got {unmuxed!r}"
         )
     if config.hidden_size % config.num_attention_heads != 0:
         raise ValueError(
@@ -117,7 +124,8 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
         num_instances: N, the number of inputs multiplexed into one sequence.
         mux_type: one of ``gaussian_hadamard`` (paper default), ``contextual``, ``binary_hadamard``,
             ``random_ortho``, ``identity`` (N=1 only).
-        demux_type: one of ``rsa`` (paper default), ``prefix`` (T-MUX / DataMUX), ``identity`` (N=1 only).
+        demux_type: one of ``rsa`` (paper default), ``unbind`` (RSA on the state unbound by a learned
+            inverse key), ``prefix`` (T-MUX / DataMUX), ``identity`` (N=1 only).
         mux_key_norm: L2 norm each multiplexing key is rescaled to.
         learn_mux_keys: train the multiplexing keys (frozen by default, as in the paper).
         num_demux_layers: layers of the demultiplexing MLP (the first, key-conditioned one included).
@@ -127,6 +135,10 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
             included, which is what the demultiplexer must tell apart, at a fraction of the cost.
         sentence_pooling: what sentence heads classify: ``first`` (the demultiplexed first position,
             as in BERT), or ``mean`` (each instance's mean over its own tokens, demultiplexed).
+        num_unmuxed_layers: partial multiplexing: the leading encoder layers that run on every
+            instance alone before the mixture (0, the paper's model, mixes the embeddings). Each
+            one costs N times its multiplexed price; in exchange a warm-started encoder keeps
+            its first layers' view of the input.
 
     Named sizes: ``MuxBertConfig.from_preset("tiny" | "small" | "base" | "large", **overrides)``.
     """
@@ -142,6 +154,7 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
     retrieval_loss_weight: float | int = 0.0
     retrieval_softmax: str = "full"
     sentence_pooling: str = "first"
+    num_unmuxed_layers: int = 0
 
     def __post_init__(self, **kwargs):
         _validate_mux_fields(self)
@@ -169,6 +182,7 @@ class MuxElectraConfig(MuxConfigMixin, ElectraConfig):
     retrieval_loss_weight: float | int = 0.0
     retrieval_softmax: str = "full"
     sentence_pooling: str = "first"
+    num_unmuxed_layers: int = 0
     discriminator_loss_weight: float | int = 50.0
     replace_probability: float | int = 0.15
 

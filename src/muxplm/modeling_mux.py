@@ -41,7 +41,7 @@ class MuxModelOutput(ModelOutput):
         muxed_hidden_state: ``[G, L', H]`` encoder output for the G multiplexed groups
             (L' = L plus any demux prefix).
         hidden_states: with ``output_hidden_states``, the multiplexed input and the output of
-            every encoder layer, each ``[G, L', H]``.
+            every encoder layer after it (all but ``num_unmuxed_layers``), each ``[G, L', H]``.
     """
 
     last_hidden_state: torch.Tensor | None = None
@@ -188,6 +188,62 @@ class MuxBackboneMixin:
     def project_embeddings(self, embedded: torch.Tensor) -> torch.Tensor:
         return embedded
 
+    def encode_slots(
+        self,
+        slot_ids: torch.Tensor,
+        slot_mask: torch.Tensor,
+        slot_types: torch.Tensor,
+        is_real: torch.Tensor,
+        output_hidden_states: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """Embed the slots ``[S, L]`` (S a multiple of N, consecutive slots form a group), run
+        the first ``num_unmuxed_layers`` encoder layers on each slot alone, multiplex every
+        group and run the remaining layers on the mixtures. Returns the encoder output
+        ``[G, L', H]`` and, with ``output_hidden_states``, the mixture and every later layer's
+        output. The one multiplexed forward pass: :meth:`multiplex` and the ONNX export both
+        call it (shapes only through ``reshape``, so exported batch sizes stay symbolic)."""
+        config, n = self.config, self.config.num_instances
+        num_slots, length = slot_ids.shape
+        device = slot_ids.device
+        prefix = self.demux.num_prefix_tokens
+        if prefix:
+            # T-MUX: prepend the prefix and embed it together with the tokens, once.
+            words = self.embeddings.word_embeddings(slot_ids)
+            prefix_words = self.demux.prefix_embeddings(torch.arange(num_slots, device=device))
+            embedded = self.embeddings(
+                inputs_embeds=torch.cat([prefix_words.to(words.dtype), words], dim=1),
+                token_type_ids=F.pad(slot_types, (prefix, 0)),
+                position_ids=torch.arange(prefix + length, device=device)[None],
+            )
+            full_mask = F.pad(slot_mask, (prefix, 0), value=True) & is_real[:, None]
+        else:
+            embedded = self.embeddings(input_ids=slot_ids, token_type_ids=slot_types)
+            full_mask = slot_mask
+        hidden = self.project_embeddings(embedded)
+        layers = self.encoder.layer
+        unmuxed = config.num_unmuxed_layers
+        if unmuxed:
+            # A slot with no real token (a filler) attends everywhere so that its states stay
+            # finite; it is zeroed below like every filler.
+            attend = full_mask | ~full_mask.any(dim=1, keepdim=True)
+            slot_attention = create_bidirectional_mask(config=config, inputs_embeds=hidden, attention_mask=attend)
+            for layer in layers[:unmuxed]:
+                hidden = layer(hidden, slot_attention)
+        # Fillers contribute nothing to the mixture.
+        hidden = torch.where(is_real[:, None, None], hidden, torch.zeros((), dtype=hidden.dtype, device=device))
+        grouped_mask = full_mask.reshape(-1, n, prefix + length)
+        hidden = self.mux(hidden.reshape(-1, n, prefix + length, hidden.shape[-1]), grouped_mask)
+        # A position is attended if any instance of the group has a real token there.
+        encoder_mask = create_bidirectional_mask(
+            config=config, inputs_embeds=hidden, attention_mask=grouped_mask.any(dim=1)
+        )
+        all_hidden = (hidden,) if output_hidden_states else None
+        for layer in layers[unmuxed:]:
+            hidden = layer(hidden, encoder_mask)
+            if output_hidden_states:
+                all_hidden += (hidden,)
+        return hidden, all_hidden
+
     def multiplex(
         self,
         input_ids: torch.Tensor,
@@ -200,52 +256,20 @@ class MuxBackboneMixin:
     ) -> MuxState:
         config = self.config
         validate_inputs(config, input_ids, attention_mask, token_type_ids)
-        batch, length = input_ids.shape
-        device = input_ids.device
+        batch, device = input_ids.shape[0], input_ids.device
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
 
-        n = config.num_instances
-        plan = plan_groups(batch, n, seed=composition_seed, ensemble=ensemble, device=device)
+        plan = plan_groups(batch, config.num_instances, seed=composition_seed, ensemble=ensemble, device=device)
         pad_id = config.pad_token_id if config.pad_token_id is not None else 0
         slot_ids = plan.group(input_ids, fill_value=pad_id)
         slot_mask = plan.group(attention_mask.bool(), fill_value=False)
         slot_types = plan.group(token_type_ids, fill_value=0)
-        num_slots = plan.num_slots
-
-        prefix = self.demux.num_prefix_tokens
-        if prefix:
-            # T-MUX: prepend the prefix and embed it together with the tokens, once.
-            words = self.embeddings.word_embeddings(slot_ids)
-            prefix_words = self.demux.prefix_embeddings(torch.arange(num_slots, device=device))
-            embedded = self.embeddings(
-                inputs_embeds=torch.cat([prefix_words.to(words.dtype), words], dim=1),
-                token_type_ids=F.pad(slot_types, (prefix, 0)),
-                position_ids=torch.arange(prefix + length, device=device)[None],
-            )
-            full_mask = F.pad(slot_mask, (prefix, 0), value=True) & plan.is_real[:, None]
-        else:
-            embedded = self.embeddings(input_ids=slot_ids, token_type_ids=slot_types)
-            full_mask = slot_mask
-        embedded = self.project_embeddings(embedded)
-        # Fillers contribute nothing to the mixture.
-        embedded = embedded * plan.is_real[:, None, None].to(embedded.dtype)
-
-        groups = num_slots // n
-        grouped = embedded.view(groups, n, prefix + length, -1)
-        grouped_mask = full_mask.view(groups, n, prefix + length)
-        hidden = self.mux(grouped, grouped_mask)
-        # A position is attended if any instance of the group has a real token there.
-        encoder_mask = create_bidirectional_mask(
-            config=config, inputs_embeds=hidden, attention_mask=grouped_mask.any(dim=1)
+        hidden, all_hidden = self.encode_slots(
+            slot_ids, slot_mask, slot_types, plan.is_real, output_hidden_states=output_hidden_states
         )
-        all_hidden = (hidden,) if output_hidden_states else None
-        for layer in self.encoder.layer:
-            hidden = layer(hidden, encoder_mask)
-            if output_hidden_states:
-                all_hidden += (hidden,)
         return MuxState(
             muxed=hidden,
             plan=plan,

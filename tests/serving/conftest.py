@@ -83,6 +83,17 @@ def pooled_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def partial_dir(tmp_path_factory):
+    """N=3 token classifier whose first encoder layer runs on each instance alone."""
+    torch.manual_seed(6)
+    config = MuxBertConfig.from_preset("tiny", **SMALL, num_instances=3, demux_type="unbind",
+                                       num_unmuxed_layers=1, num_labels=4)
+    folder = tmp_path_factory.mktemp("partial")
+    MuxBertForTokenClassification(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def regression_dir(tmp_path_factory):
     torch.manual_seed(2)
     config = MuxBertConfig.from_preset("tiny", **SMALL, num_instances=2, num_labels=1)

@@ -29,7 +29,7 @@ def onnx_vs_torch(model, path, batch, length, seed):
     return (got - expected).abs().max()
 
 
-@pytest.mark.parametrize("fixture", ["sentence_dir", "token_dir", "pooled_dir"])
+@pytest.mark.parametrize("fixture", ["sentence_dir", "token_dir", "pooled_dir", "partial_dir"])
 def test_export_parity_with_other_batch_sizes(fixture, request, tmp_path):
     model_dir = request.getfixturevalue(fixture)
     result = export_onnx(model_dir, tmp_path, example_batch=4, example_length=12)

@@ -4,7 +4,7 @@ The model's own forward pass plans its groups with Python integers (``plan_group
 an exporter would freeze to the example batch size. The exported graph therefore comes from
 :class:`ExportableMuxClassifier`, which performs the same input-order grouping with shape
 arithmetic the exporter keeps symbolic: pad the batch with filler rows to a multiple of N,
-view it as ``[G, N, L, H]``, multiplex, encode, demultiplex, drop the fillers. Batch and
+then the model's own multiplexed pass (``encode_slots``), demultiplex, drop the fillers. Batch and
 sequence axes stay dynamic, including batch sizes that are not multiples of N. A row whose
 attention mask is all zeros is a filler wherever it sits, which lets :class:`OnnxPredictor`
 lay out the ensembling copies (:func:`muxplm.grouping.plan_groups`) outside the graph.
@@ -20,7 +20,6 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.nn import functional as F
-from transformers.masking_utils import create_bidirectional_mask
 
 from ..grouping import plan_groups
 from ..modeling_mux import pooled_instance_states
@@ -50,37 +49,13 @@ class ExportableMuxClassifier(nn.Module):
 
     def forward(self, input_ids, attention_mask, token_type_ids):
         base, n = self.base, self.num_instances
-        batch, length = input_ids.shape
+        batch = input_ids.shape[0]
         fill = (n - batch % n) % n  # filler rows that complete the last group
         slot_ids = F.pad(input_ids, (0, 0, 0, fill), value=self.pad_token_id)
         slot_mask = F.pad(attention_mask, (0, 0, 0, fill), value=0).bool()
         slot_types = F.pad(token_type_ids, (0, 0, 0, fill), value=0)
-        num_slots = batch + fill
         is_real = slot_mask.any(dim=1)  # every real input keeps at least its [CLS]
-
-        prefix = base.demux.num_prefix_tokens
-        if prefix:
-            words = base.embeddings.word_embeddings(slot_ids)
-            prefix_words = base.demux.prefix_embeddings(torch.arange(num_slots, device=input_ids.device))
-            embedded = base.embeddings(
-                inputs_embeds=torch.cat([prefix_words.to(words.dtype), words], dim=1),
-                token_type_ids=F.pad(slot_types, (prefix, 0)),
-                position_ids=torch.arange(prefix + length, device=input_ids.device)[None],
-            )
-            full_mask = F.pad(slot_mask, (prefix, 0), value=True) & is_real[:, None]
-        else:
-            embedded = base.embeddings(input_ids=slot_ids, token_type_ids=slot_types)
-            full_mask = slot_mask
-        embedded = base.project_embeddings(embedded) * is_real[:, None, None].to(embedded.dtype)
-        width = embedded.shape[-1]
-        grouped = embedded.reshape(-1, n, prefix + length, width)
-        grouped_mask = full_mask.reshape(-1, n, prefix + length)
-        hidden = base.mux(grouped, grouped_mask)
-        encoder_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=hidden, attention_mask=grouped_mask.any(dim=1)
-        )
-        for layer in base.encoder.layer:
-            hidden = layer(hidden, encoder_mask)
+        hidden, _ = base.encode_slots(slot_ids, slot_mask, slot_types, is_real)
         if self.task == "sentence" and self.config.sentence_pooling == "mean":
             states = pooled_instance_states(base.demux, hidden, slot_mask)
         elif self.task == "sentence":
