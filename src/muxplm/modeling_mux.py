@@ -58,12 +58,15 @@ class MuxRetrievalOutput(ModelOutput):
         logits: ``[S, V]`` for the S sampled (group, position) targets.
         labels: ``[S]`` the tokens to retrieve (``-100`` where the instance has padding).
         accuracy: fraction of non-ignored targets retrieved correctly.
+        similarity: with state distillation, the mean cosine similarity of the demultiplexed
+            states to the teacher's (:mod:`muxplm.training.distill`).
     """
 
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None
     labels: torch.Tensor | None = None
     accuracy: torch.Tensor | None = None
+    similarity: torch.Tensor | None = None
 
 
 @dataclass
@@ -382,7 +385,8 @@ class MuxPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_encoder(cls, path: str | os.PathLike, **config_overrides):
         """Warm-start from a plain BERT/ELECTRA checkpoint directory: its embedding and
-        encoder weights are copied, the mux/demux modules and heads start fresh.
+        encoder weights are copied, the mux/demux modules and heads start fresh (a retrieval
+        head's decoder from the word embeddings).
 
         ``config_overrides`` (e.g. ``num_instances=2, num_labels=3``) are applied on top of
         the plain config.
@@ -404,6 +408,13 @@ class MuxPreTrainedModel(PreTrainedModel):
             source = getattr(plain, name, None)
             if source is not None:
                 getattr(target, name).load_state_dict(source.state_dict())
+        # Retrieval reads input tokens back: start its decoder at the encoder's own word
+        # embeddings (the tying a pretrained MLM head has), not at random.
+        head = getattr(model, "retrieval_head", None)
+        words = plain.get_input_embeddings().weight
+        if head is not None and head.decoder.weight.shape == words.shape:
+            with torch.no_grad():
+                head.decoder.weight.copy_(words)
         return model
 
 

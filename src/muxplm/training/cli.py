@@ -1,4 +1,4 @@
-"""Sub-commands ``data``, ``pretrain``, ``finetune``, ``evaluate`` and ``demo``.
+"""Sub-commands ``data``, ``pretrain``, ``finetune``, ``convert``, ``evaluate`` and ``demo``.
 
 Hyper-parameters come from flags or a ``--config`` file (JSON, or YAML with pyyaml); a flag
 given on the command line overrides the file. Unset values take the recipe for the stage and
@@ -37,6 +37,13 @@ def register(subparsers) -> None:
                           help="kind of local --train-file data (default: by file extension)")
     _training_flags(finetune)
     finetune.set_defaults(func=_train, default_stage="finetune")
+
+    convert = subparsers.add_parser(
+        "convert", help="multiplex a plain pretrained BERT/ELECTRA: warm start + priming with self-distillation"
+    )
+    convert.add_argument("plain_model_dir", help="a plain BERT/ELECTRA checkpoint directory")
+    _training_flags(convert)
+    convert.set_defaults(func=_convert)
 
     evaluate = subparsers.add_parser("evaluate", help="score a fine-tuned checkpoint over composition seeds")
     evaluate.add_argument("checkpoint", help="a directory written by `muxplm finetune`")
@@ -78,8 +85,15 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
                        help="retrieval loss over the vocabulary or over the batch's tokens (cheaper)")
     model.add_argument("--sentence-pooling", choices=SENTENCE_POOLING,
                        help="sentence heads read the first position or each instance's mean over its tokens")
+    model.add_argument("--num-unmuxed-layers", type=int,
+                       help="partial multiplexing: leading encoder layers run on each instance before the mixture")
+    model.add_argument("--mux-key-norm", type=float, help="L2 norm of the multiplexing keys (new MUX models)")
     model.add_argument("--dropout", type=float, help="hidden and attention dropout")
     model.add_argument("--model-overrides", type=json.loads, help='JSON config overrides, e.g. \'{"num_hidden_layers": 2}\'')
+    model.add_argument("--teacher", help="distil from this plain (N = 1) model: a fine-tuned classifier when "
+                       "fine-tuning (soft labels), a plain encoder when priming (its per-instance states)")
+    model.add_argument("--distill-temperature", type=float, help="softmax temperature of the soft labels (2)")
+    model.add_argument("--distill-weight", type=float, help="weight w of the distillation term (0.5)")
     model.add_argument("--tokenizer", help="tokenizer directory (default: the checkpoint's, else MiniLM's vocab)")
     data = parser.add_argument_group("data")
     data.add_argument("--train-file", nargs="+", help="pre-training text files, or a task's CSV/JSONL/CoNLL file")
@@ -92,6 +106,8 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--mlm-probability", type=float)
     optim = parser.add_argument_group("optimisation")
     optim.add_argument("--lr", type=float)
+    optim.add_argument("--encoder-lr", type=float,
+                       help="learning rate of the embeddings and encoder layers (default: --lr)")
     optim.add_argument("--batch-size", type=int, help="per process, in instances")
     optim.add_argument("--batch-groups", type=int, help="per process, in multiplexed groups (batch = groups x N)")
     optim.add_argument("--eval-batch-size", type=int)
@@ -119,7 +135,7 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--no-progress", dest="progress", action="store_const", const=False)
 
 
-_NOT_SETTINGS = {"command", "func", "config", "default_stage", "data_command"}
+_NOT_SETTINGS = {"command", "func", "config", "default_stage", "data_command", "plain_model_dir"}
 
 
 def config_from_args(args: argparse.Namespace):
@@ -155,6 +171,27 @@ def _train(args) -> int:
         shown = {k: summary[k] for k in ("stage", "final_step", "final_loss", "eval", "train_samples_per_s") if k in summary}
         print(json.dumps(shown, indent=1))
         print(f"model saved to {config.output_dir}")
+    return 0
+
+
+def _convert(args) -> int:
+    from .convert import conversion_config
+    from .stages import run_stage
+
+    flags = {key: value for key, value in vars(args).items() if key not in _NOT_SETTINGS}
+    if not flags.get("output_dir"):
+        raise ValueError("give --output-dir (where the converted model goes)")
+    file_settings = load_config_file(args.config) if args.config else {}
+    instances = flags.pop("num_instances", None) or file_settings.pop("num_instances", None)
+    config = conversion_config(args.plain_model_dir, instances, flags.pop("output_dir"), file_settings, **flags)
+    summary = run_stage(config)
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:
+        shown = {k: summary[k] for k in ("final_step", "final_loss", "eval", "train_samples_per_s") if k in summary}
+        print(json.dumps(shown, indent=1))
+        print(f"converted N={config.num_instances} model saved to {config.output_dir}; fine-tune it with "
+              f"`muxplm finetune --init {config.output_dir} --task ...`")
     return 0
 
 

@@ -39,9 +39,16 @@ class TrainConfig:
     retrieval_loss_weight: float | None = None
     retrieval_softmax: str | None = None  # full | in_batch (the model config's field; training only)
     sentence_pooling: str | None = None  # first | mean (the model config's field)
+    num_unmuxed_layers: int | None = None  # partial multiplexing (the model config's field)
+    mux_key_norm: float | None = None  # the model config's field, for new MUX models
     dropout: float | None = None
     model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"num_hidden_layers": 2}
     tokenizer: str | None = None
+    # distillation from a plain (N = 1) teacher: a fine-tuned classifier (finetune: soft labels)
+    # or a plain encoder (retrieval: its per-instance states)
+    teacher: str | None = None
+    distill_temperature: float = 2.0
+    distill_weight: float = 0.5
     # data
     task: str | None = None
     task_kind: str | None = None  # sentence | token, for local files
@@ -55,6 +62,9 @@ class TrainConfig:
     mlm_probability: float = 0.15
     # optimisation
     lr: float | None = None
+    # learning rate of a warm-started encoder's embeddings and layers (default: lr); the fresh
+    # mux/demux modules and heads keep lr
+    encoder_lr: float | None = None
     batch_size: int | None = None  # per process, in instances
     # per process, in multiplexed groups: batch_size = batch_groups x N (used when batch_size is unset)
     batch_groups: int | None = None

@@ -78,7 +78,7 @@ class RunLog:
     """Training/eval records to ``log.jsonl`` plus ``log.csv`` / ``eval_log.csv``, TensorBoard
     when installed. Only the main process writes."""
 
-    TRAIN_COLUMNS = ("step", "epoch", "loss", "lr", "samples_per_s", "grad_norm", "accuracy")
+    TRAIN_COLUMNS = ("step", "epoch", "loss", "lr", "samples_per_s", "grad_norm", "accuracy", "similarity")
 
     def __init__(self, output_dir: Path, enabled: bool, keep_until_step: int | None):
         self.enabled = enabled
@@ -151,17 +151,30 @@ class TrainingRun:
     evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None
     resume_from: Path | None = None
     summary: dict[str, Any] | None = None  # extra facts for trainer_state / results
+    # (model, batch) -> model output with .loss; default model(**batch) (distillation replaces it)
+    loss_fn: Callable[[torch.nn.Module, dict[str, torch.Tensor]], Any] | None = None
     best_metric: tuple[str, bool] | None = None  # (evaluation key, greater is better) that ranks checkpoints
 
 
 def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    decay, no_decay = [], []
+    """AdamW without weight decay on biases and norms; the embeddings and encoder layers at
+    ``encoder_lr`` when given (a warm-started encoder wants smaller steps than fresh modules)."""
+    prefix = getattr(model, "base_model_prefix", "")
+    encoder = tuple(f"{prefix}.{part}." if prefix and hasattr(model, prefix) else f"{part}."
+                    for part in ("embeddings", "encoder", "embeddings_project"))
+    groups: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
-    groups = [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=config.lr, eps=config.adam_eps)
+        no_decay = param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name
+        in_encoder = config.encoder_lr is not None and name.startswith(encoder)
+        groups.setdefault((no_decay, in_encoder), []).append(param)
+    return torch.optim.AdamW(
+        [{"params": params, "weight_decay": 0.0 if no_decay else config.weight_decay,
+          "lr": config.encoder_lr if in_encoder else config.lr}
+         for (no_decay, in_encoder), params in sorted(groups.items())],
+        lr=config.lr, eps=config.adam_eps,
+    )
 
 
 def _seed_collator(collate, seed: int) -> None:
@@ -225,7 +238,8 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     last_eval: dict[str, float] | None = None
     last_eval_step: int | None = None
     first_batch_ids = None
-    window_loss, window_acc, window_steps, window_start = 0.0, 0.0, 0, time.perf_counter()
+    window_loss, window_acc, window_sim, window_steps = 0.0, 0.0, 0.0, 0
+    window_start = time.perf_counter()
     train_start, start_step = time.perf_counter(), step
     losses: list[float] = []
 
@@ -297,7 +311,7 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
                 micro_step += 1
                 sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(model)
                 with sync:
-                    output = model(**batch)
+                    output = run.loss_fn(model, batch) if run.loss_fn is not None else model(**batch)
                     loss = output.loss
                     bad = (~torch.isfinite(loss.detach())).float().reshape(1)
                     if world > 1:
@@ -315,6 +329,9 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
                     accuracy = getattr(output, "retrieval_accuracy", None)
                 if accuracy is not None:
                     window_acc += float(accuracy) / accumulation
+                similarity = getattr(output, "similarity", None)
+                if similarity is not None:
+                    window_sim += float(similarity) / accumulation
             grad_norm = None
             if config.max_grad_norm:
                 grad_norm = float(accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm))
@@ -325,7 +342,8 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
             window_steps += 1
 
             if step % config.logging_steps == 0 or step == total_steps:
-                stats = torch.tensor([window_loss / window_steps, window_acc / window_steps], device=accelerator.device)
+                stats = torch.tensor([window_loss / window_steps, window_acc / window_steps, window_sim / window_steps],
+                                     device=accelerator.device)
                 if world > 1:
                     stats = accelerator.reduce(stats, "mean")
                 elapsed = time.perf_counter() - window_start
@@ -338,11 +356,14 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
                 }
                 if window_acc:
                     record["accuracy"] = float(stats[1])
+                if window_sim:
+                    record["similarity"] = float(stats[2])
                 losses.append(record["loss"])
                 log.write(record)
                 if progress is not None:
                     progress.set_postfix(loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}")
-                window_loss, window_acc, window_steps, window_start = 0.0, 0.0, 0, time.perf_counter()
+                window_loss, window_acc, window_sim, window_steps = 0.0, 0.0, 0.0, 0
+                window_start = time.perf_counter()
             if progress is not None:
                 progress.update(1)
             if step % config.eval_steps == 0 or step == total_steps:

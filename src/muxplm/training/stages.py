@@ -50,6 +50,7 @@ from ..modeling_electra import (
 )
 from . import checkpoint as ckpt
 from .config import TrainConfig, resolve
+from .distill import StateDistillation, TaskDistillation
 from .evaluate import evaluate_model
 from .loop import TrainingRun, make_accelerator, train
 
@@ -293,7 +294,8 @@ def _config_overrides(config: TrainConfig, labels: dict[str, Any]) -> dict[str, 
     overrides = dict(config.model_overrides)
     if config.dropout is not None:
         overrides.update(hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout)
-    for field in ("retrieval_loss_weight", "retrieval_softmax", "sentence_pooling"):
+    for field in ("retrieval_loss_weight", "retrieval_softmax", "sentence_pooling", "num_unmuxed_layers",
+                  "mux_key_norm"):
         if getattr(config, field) is not None:
             overrides[field] = getattr(config, field)
     overrides.update(labels)
@@ -410,9 +412,14 @@ def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     train_blocks, eval_blocks = _pretraining_blocks(config, tokenizer)
     collate = _pretraining_collator(config.stage, tokenizer, model, config, seed=config.seed)
     evaluate = _pretraining_evaluator(config.stage, tokenizer, model, config, eval_blocks) if eval_blocks else None
+    loss_fn = None
+    if config.teacher:
+        if config.stage != "retrieval":
+            raise ValueError(f"--teacher applies to fine-tuning and to retrieval priming, not to --stage {config.stage}")
+        loss_fn = StateDistillation(config.teacher, model, weight=config.distill_weight, device=accelerator.device)
     run = TrainingRun(
         model=model, tokenizer=tokenizer, train_set=train_blocks, collate=collate, evaluate=evaluate,
-        resume_from=resume_from, best_metric=("loss", False),
+        resume_from=resume_from, best_metric=("loss", False), loss_fn=loss_fn,
         summary={"num_instances": model.config.num_instances, "train_blocks": len(train_blocks)},
     )
     return train(run, config, accelerator)
@@ -443,9 +450,13 @@ def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     def evaluate(model) -> dict[str, float]:
         return evaluate_model(model, spec, validation, tokenizer, config.eval_batch_size, composition_seed=0)
 
+    loss_fn = None
+    if config.teacher:
+        loss_fn = TaskDistillation(config.teacher, model, temperature=config.distill_temperature,
+                                   weight=config.distill_weight, device=accelerator.device)
     run = TrainingRun(
         model=model, tokenizer=tokenizer, train_set=features["train"], collate=PaddingCollator(tokenizer),
-        evaluate=evaluate, resume_from=resume_from,
+        evaluate=evaluate, resume_from=resume_from, loss_fn=loss_fn,
         best_metric=(spec.metric, True),  # every task's main metric grows with quality
         summary={"task": spec.name, "main_metric": spec.metric, "num_instances": model.config.num_instances,
                  "train_examples": len(features["train"]), "eval_examples": len(validation)},

@@ -1,0 +1,58 @@
+"""``muxplm convert``: a plain pretrained BERT/ELECTRA encoder -> a MUX-PLM that fine-tunes well.
+
+One priming stage on the plain model's own weights (warm start) with the conversion recipe
+below; the result is a MUX checkpoint for ``muxplm finetune --init``. Every setting can be
+overridden (flags, ``--config`` file, or keyword arguments of :func:`convert`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from .config import TrainConfig, build_config
+
+# benchmarks/results/curves/convert (MiniLM, 2-core CPU): RECIPE_EVIDENCE
+CONVERT_RECIPE: dict[str, Any] = dict(
+    stage="retrieval", demux_type="unbind", batch_groups=32, max_length=32, max_steps=300, lr=1e-3,
+    encoder_lr=1e-4, retrieval_softmax="in_batch", warmup_ratio=0.1, weight_decay=0.01, eval_steps=100,
+    save_steps=100, logging_steps=10, num_unmuxed_layers=2, distill_weight=0.5,
+)
+
+
+def conversion_settings(plain_dir: str | Path, num_instances: int) -> dict[str, Any]:
+    """The recipe for one encoder: keys of norm sqrt(hidden_size), so that each entry is of
+    unit scale and the mixture keeps the scale of the states the pretrained layers expect;
+    the plain model is its own distillation teacher; at most all but one layer run unmuxed."""
+    from transformers import AutoConfig
+
+    plain = AutoConfig.from_pretrained(plain_dir)
+    settings = dict(CONVERT_RECIPE, init_encoder=str(plain_dir), num_instances=num_instances,
+                    mux_key_norm=math.sqrt(plain.hidden_size), teacher=str(plain_dir))
+    settings["num_unmuxed_layers"] = min(settings["num_unmuxed_layers"], plain.num_hidden_layers - 1)
+    return settings
+
+
+def conversion_config(plain_dir: str | Path, num_instances: int, output_dir: str | Path,
+                      file_settings: dict[str, Any] | None = None, **overrides) -> TrainConfig:
+    """The :class:`TrainConfig` of a conversion: the recipe, then a config file's settings,
+    then ``overrides`` (``None`` values are ignored, as for unset flags)."""
+    if not isinstance(num_instances, int) or num_instances < 2:
+        raise ValueError(f"convert multiplexes N >= 2 instances, got --num-instances {num_instances!r}")
+    settings = conversion_settings(plain_dir, num_instances)
+    settings.update(file_settings or {})
+    settings.update({key: value for key, value in overrides.items() if value is not None})
+    if settings.get("stage", "retrieval") != "retrieval":
+        raise ValueError(f"convert runs the retrieval stage, not {settings['stage']!r}")
+    if settings.get("init") or settings.get("preset"):
+        raise ValueError("convert starts from the plain encoder it is given; --init/--preset do not apply")
+    return build_config({}, **{**settings, "output_dir": str(output_dir)})
+
+
+def convert(plain_dir: str | Path, num_instances: int, output_dir: str | Path, **overrides) -> dict[str, Any]:
+    """Convert the plain encoder in ``plain_dir`` into an N-instance MUX model in
+    ``output_dir``; returns the run summary. ``overrides`` are :class:`TrainConfig` fields."""
+    from .stages import run_stage
+
+    return run_stage(conversion_config(plain_dir, num_instances, output_dir, **overrides))

@@ -1,0 +1,111 @@
+"""Distillation from a plain (N = 1) teacher, as the training loop's loss (``--teacher``).
+
+- Fine-tuning (:class:`TaskDistillation`): the MUX student learns from the teacher's soft
+  labels and the hard labels, ``(1 - w) * task_loss + w * T^2 * KL(teacher_T || student_T)``
+  over the labelled positions (sentence tasks: one per example; token tasks: every token with
+  a label; regression: the squared difference of the two predictions).
+- Retrieval priming of a converted encoder (:class:`StateDistillation`): every instance's
+  demultiplexed last-layer states learn the plain encoder's states for that instance alone,
+  ``(1 - w) * retrieval_loss + w * (1 - cosine)`` over real tokens, so the MUX model keeps the
+  features the pretrained encoder computes while it learns to keep the instances apart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.nn import functional as F
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+from ..modeling_mux import MuxRetrievalOutput, _in_batch_softmax, retrieval_loss
+
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _frozen(model: torch.nn.Module, device) -> torch.nn.Module:
+    model.requires_grad_(False)
+    return model.eval().to(device)
+
+
+def _single_instance(model, path) -> None:
+    if getattr(model.config, "num_instances", 1) != 1:
+        raise ValueError(f"the teacher {path} is a MUX model with N={model.config.num_instances}; "
+                         f"distillation needs a plain (N = 1) teacher")
+
+
+class TaskDistillation:
+    """Soft labels of a fine-tuned N = 1 classifier plus the hard labels."""
+
+    def __init__(self, teacher_dir: str | Path, student, *, temperature: float, weight: float, device=None):
+        if temperature <= 0 or not 0.0 <= weight <= 1.0:
+            raise ValueError(f"distillation needs a temperature > 0 and a weight in [0, 1], "
+                             f"got {temperature} and {weight}")
+        token = type(student).__name__.endswith("ForTokenClassification")
+        auto = AutoModelForTokenClassification if token else AutoModelForSequenceClassification
+        try:
+            teacher = auto.from_pretrained(teacher_dir)
+        except (OSError, ValueError) as error:
+            kind = "token" if token else "sequence"
+            raise ValueError(f"--teacher {teacher_dir} is not a fine-tuned {kind} classifier: {error}") from error
+        _single_instance(teacher, teacher_dir)
+        ours, theirs = student.config, teacher.config
+        if ours.num_labels != theirs.num_labels:
+            raise ValueError(f"the teacher {teacher_dir} predicts {theirs.num_labels} labels, the task has "
+                             f"{ours.num_labels}")
+        if ours.num_labels > 1 and dict(ours.label2id) != dict(theirs.label2id):
+            raise ValueError(f"the teacher {teacher_dir} orders its labels {dict(theirs.label2id)}, the task "
+                             f"{dict(ours.label2id)}: fine-tune the teacher on the same task")
+        self.teacher = _frozen(teacher, device or next(student.parameters()).device)
+        self.temperature, self.weight = float(temperature), float(weight)
+
+    def __call__(self, model, batch: dict[str, torch.Tensor]):
+        output = model(**batch)
+        with torch.no_grad():
+            target = self.teacher(**{key: batch[key] for key in _INPUTS if key in batch}).logits
+        student = output.logits
+        if student.dim() == 3:  # token task: the positions that carry a label
+            keep = batch["labels"] != -100
+            student, target = student[keep], target[keep]
+        if student.shape[-1] == 1:  # regression
+            soft = F.mse_loss(student.float(), target.float())
+        else:
+            t = self.temperature
+            soft = F.kl_div(F.log_softmax(student.float() / t, -1), F.log_softmax(target.float() / t, -1),
+                            log_target=True, reduction="batchmean") * t * t
+        output.loss = (1 - self.weight) * output.loss + self.weight * soft
+        return output
+
+
+class StateDistillation:
+    """A plain encoder's per-instance last-layer states as targets for the demultiplexed ones,
+    mixed with the retrieval loss of the priming stage."""
+
+    def __init__(self, teacher_dir: str | Path, student, *, weight: float, device=None):
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"the distillation weight must lie in [0, 1], got {weight}")
+        try:
+            teacher = AutoModel.from_pretrained(teacher_dir, add_pooling_layer=False)
+        except TypeError:  # model classes without a pooler
+            teacher = AutoModel.from_pretrained(teacher_dir)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"--teacher {teacher_dir} is not an encoder checkpoint: {error}") from error
+        _single_instance(teacher, teacher_dir)
+        if teacher.config.hidden_size != student.config.hidden_size:
+            raise ValueError(f"the teacher's states have width {teacher.config.hidden_size}, the student's "
+                             f"{student.config.hidden_size}: state distillation needs the same width")
+        self.teacher = _frozen(teacher, device or next(student.parameters()).device)
+        self.weight = float(weight)
+
+    def __call__(self, model, batch: dict[str, torch.Tensor]) -> MuxRetrievalOutput:
+        inputs = {key: batch[key] for key in _INPUTS if key in batch}
+        state = model.base_model.multiplex(**inputs)
+        aux = retrieval_loss(model.retrieval_head, state, in_batch=_in_batch_softmax(model))
+        real = inputs["attention_mask"].bool()
+        student = state.plan.reduce_copies(state.demux_rows())[real]
+        with torch.no_grad():
+            target = self.teacher(**inputs).last_hidden_state[real]
+        similarity = F.cosine_similarity(student.float(), target.float(), dim=-1).mean()
+        aux.loss = (1 - self.weight) * aux.loss + self.weight * (1 - similarity)
+        aux.similarity = similarity.detach()  # a declared output field: logged as a curve
+        return aux

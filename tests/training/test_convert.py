@@ -1,0 +1,65 @@
+"""``muxplm convert``: a few steps of the conversion recipe on a micro plain BERT, from Python
+and from the command line, and the settings it refuses."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from training_utils import micro_flags, read_log, run_cli
+from transformers import BertConfig, BertModel
+
+from muxplm import MuxBertForRetrieval
+from muxplm.training.convert import conversion_config, convert
+
+FAST = dict(max_steps=3, batch_groups=4, corpus_sources=["moby_dick"], corpus_max_words=6000, logging_steps=1,
+            eval_steps=3, save_steps=3, progress=False)
+
+
+@pytest.fixture(scope="module")
+def plain_dir(tmp_path_factory):
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("plain") / "bert"
+    config = BertConfig(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=128, max_position_embeddings=64)
+    BertModel(config, add_pooling_layer=False).save_pretrained(path)
+    return path
+
+
+def test_the_recipe_adapts_to_the_encoder_and_takes_overrides(plain_dir, tmp_path):
+    config = conversion_config(plain_dir, 5, tmp_path)
+    assert config.stage == "retrieval" and config.init_encoder == str(plain_dir) and config.teacher == str(plain_dir)
+    assert config.mux_key_norm == pytest.approx(math.sqrt(64))
+    assert config.num_unmuxed_layers <= 1  # at least one layer of the 2 runs on the mixtures
+    assert conversion_config(plain_dir, 2, tmp_path, num_unmuxed_layers=0, teacher=None).num_unmuxed_layers == 0
+    with pytest.raises(ValueError, match="N >= 2"):
+        conversion_config(plain_dir, 1, tmp_path)
+    with pytest.raises(ValueError, match="--init/--preset"):
+        conversion_config(plain_dir, 2, tmp_path, preset="tiny")
+
+
+def test_convert_primes_a_mux_model_from_the_plain_weights(plain_dir, tmp_path):
+    summary = convert(plain_dir, 2, tmp_path / "mux", **FAST)
+    assert summary["final_step"] == 3
+    records = read_log(tmp_path / "mux")
+    assert len(records) == 3 and all(-1 <= r["similarity"] <= 1 for r in records)
+    model = MuxBertForRetrieval.from_pretrained(tmp_path / "mux")
+    assert model.config.num_instances == 2 and model.config.demux_type == "unbind"
+    assert model.config.num_unmuxed_layers == 1
+
+
+def test_convert_cli_then_finetune(plain_dir, tmp_path):
+    out = tmp_path / "mux"
+    done = run_cli("convert", str(plain_dir), "--num-instances", "2", "--output-dir", str(out), "--max-steps", "2",
+                   "--batch-groups", "4", "--eval-steps", "2", "--save-steps", "2", *micro_flags()[6:])
+    assert done.returncode == 0, done.stderr
+    assert "muxplm finetune --init" in done.stdout
+    assert json.loads((out / "config.json").read_text())["num_instances"] == 2
+    tuned = run_cli("finetune", "--task", "sentiment", "--init", str(out), "--output-dir", str(tmp_path / "tuned"),
+                    "--max-steps", "2", "--max-train-examples", "32", "--max-eval-examples", "16", "--eval-steps", "2",
+                    *micro_flags()[2:])
+    assert tuned.returncode == 0, tuned.stderr
+    refused = run_cli("convert", str(plain_dir), "--output-dir", str(tmp_path / "x"))
+    assert refused.returncode != 0 and "N >= 2" in refused.stderr
