@@ -12,11 +12,14 @@ Text requests (:meth:`DynamicBatcher.submit_texts`) are tokenized by the worker,
 batch in one tokenizer call, and decoded there too: the event loop only parses and answers.
 
 Requests that ask for ``ensemble`` run in a separate pass with the model's ``ensemble=True``.
-A failing forward pass fails only the requests of that pass.
+A failing forward pass fails only the requests of that pass; a text the tokenizer cannot
+read, a failing decode and a failing ``on_batch`` callback fail nothing but their own request
+(or nothing); no fault stops the worker.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -27,7 +30,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from .predictor import Encoded, InputTooLongError, Predictor
+from .predictor import Encoded, InputTooLongError, InvalidTextError, Predictor
+
+logger = logging.getLogger(__name__)
 
 
 class QueueFullError(RuntimeError):
@@ -63,6 +68,11 @@ class BatchStats:
     copies: int  # extra copies placed in empty slots by load-adaptive ensembling
     seconds: float
     failed: bool
+
+
+def _renumbered(item, offset: int):
+    """An error about input ``offset + i`` of a batch, as one about input ``i`` of its request."""
+    return item.at(item.index - offset) if isinstance(item, (InputTooLongError, InvalidTextError)) else item
 
 
 def fill_with_copies(num_instances: int, group_size: int) -> list[int]:
@@ -185,7 +195,9 @@ class DynamicBatcher:
     # ------------------------------------------------------------------ worker
 
     def _retry_after(self) -> int:
-        rate = self._rate if self._rate > 0 else 1.0
+        # Before the first batch has measured a rate, assume one full batch per second: a
+        # multiplexed model drains max_batch instances in well under that on a CPU.
+        rate = self._rate if self._rate > 0 else float(self.max_batch)
         return max(1, min(60, math.ceil(self._depth / rate)))
 
     def _take(self) -> list[_Request] | None:
@@ -219,18 +231,27 @@ class DynamicBatcher:
                 return
             if not batch:
                 continue
-            started = time.perf_counter()
-            batch = self._tokenize(batch)
-            plain = [r for r in batch if not r.ensemble]
-            ensembled = [r for r in batch if r.ensemble]
-            if plain:
-                self._run(plain, ensemble=False)
-            if ensembled:
-                self._run(ensembled, ensemble=True)
-            elapsed = time.perf_counter() - started
-            done = sum(r.size for r in batch)
-            rate = done / max(elapsed, 1e-6)
-            self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
+            try:
+                self._serve(batch)
+            except Exception as error:  # the worker must outlive any fault: answer, then go on
+                logger.exception("batch failed outside the model")
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(error)
+
+    def _serve(self, batch: list[_Request]) -> None:
+        started = time.perf_counter()
+        batch = self._tokenize(batch)
+        plain = [r for r in batch if not r.ensemble]
+        ensembled = [r for r in batch if r.ensemble]
+        if plain:
+            self._run(plain, ensemble=False)
+        if ensembled:
+            self._run(ensembled, ensemble=True)
+        elapsed = time.perf_counter() - started
+        done = sum(r.size for r in batch)
+        rate = done / max(elapsed, 1e-6)
+        self._rate = rate if self._rate == 0 else 0.8 * self._rate + 0.2 * rate
 
     def _tokenize(self, batch: list[_Request]) -> list[_Request]:
         """Tokenize the text requests of a batch, one tokenizer call per (pairs?, truncate)
@@ -244,21 +265,33 @@ class DynamicBatcher:
             pairs = [p for r in requests for p in r.pairs] if has_pairs else None
             try:
                 encoded = self.predictor.encode(texts, pairs, truncate=truncate, raise_too_long=False)
-            except Exception as error:
-                for request in requests:
-                    request.future.set_exception(error)
-                continue
-            start = 0
-            for request in requests:
-                items = encoded[start : start + request.size]
-                start += request.size
-                bad = next(((i, e) for i, e in enumerate(items) if isinstance(e, InputTooLongError)), None)
+            except Exception:
+                # Something in one request upset the tokenizer: each request alone, so that
+                # only the culprit fails.
+                encoded = None
+            for request, items in self._split(requests, encoded, truncate):
+                bad = next((e for e in items if isinstance(e, Exception)), None)
                 if bad is not None:
-                    index, error = bad
-                    request.future.set_exception(InputTooLongError(index, error.num_tokens, error.max_length))
+                    request.future.set_exception(bad)
                 else:
                     request.instances = items
         return [r for r in batch if r.instances is not None]
+
+    def _split(self, requests: list[_Request], encoded: list | None, truncate: bool):
+        """Each request with its encoded inputs (indices in errors renumbered to the request)."""
+        start = 0
+        for request in requests:
+            if encoded is None:
+                try:
+                    items = self.predictor.encode(request.texts, request.pairs, truncate=truncate,
+                                                  raise_too_long=False)
+                except Exception as error:
+                    items = [error]
+            else:
+                items = encoded[start : start + request.size]
+                start += request.size
+                items = [_renumbered(item, start - request.size) for item in items]
+            yield request, items
 
     def _run(self, requests: list[_Request], *, ensemble: bool) -> None:
         instances = [item for request in requests for item in request.instances]
@@ -280,18 +313,19 @@ class DynamicBatcher:
             for request in requests:
                 mine = outputs[start : start + request.size]
                 start += request.size
-                if request.texts is not None:  # text requests get decoded predictions
-                    mine = [self.predictor.decode(item, out) for item, out in zip(request.instances, mine)]
-                request.future.set_result(mine)
+                try:
+                    if request.texts is not None:  # text requests get decoded predictions
+                        mine = [self.predictor.decode(item, out) for item, out in zip(request.instances, mine)]
+                except Exception as error:  # a decoding fault fails its own request only
+                    request.future.set_exception(error)
+                else:
+                    request.future.set_result(mine)
         if self.on_batch is not None:
             slots = len(instances) * n if ensemble else len(rows)
-            self.on_batch(
-                BatchStats(
-                    requests=len(requests),
-                    instances=len(instances),
-                    slots=-(-slots // n) * n,
-                    copies=len(rows) - len(instances),
-                    seconds=time.perf_counter() - started,
-                    failed=failed,
-                )
-            )
+            stats = BatchStats(requests=len(requests), instances=len(instances), slots=-(-slots // n) * n,
+                               copies=len(rows) - len(instances), seconds=time.perf_counter() - started,
+                               failed=failed)
+            try:
+                self.on_batch(stats)
+            except Exception:  # metrics are not worth a request
+                logger.exception("the on_batch callback failed")

@@ -31,15 +31,38 @@ _TASK_OF_ARCHITECTURE = {
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 
 
-class InputTooLongError(ValueError):
-    """An input has more tokens than ``max_length`` and the caller did not ask to truncate."""
+# A text longer than this many characters per token of max_length is refused (or cut, with
+# truncation) before any tokenization: tokenizing megabytes would stall every other request.
+CHARS_PER_TOKEN = 32
 
-    def __init__(self, index: int, num_tokens: int, max_length: int):
-        self.index, self.num_tokens, self.max_length = index, num_tokens, max_length
-        super().__init__(
-            f"input {index} has {num_tokens} tokens after tokenization, more than the maximum of "
-            f"{max_length}; shorten it or ask for truncation (truncate=True)"
-        )
+
+class InputTooLongError(ValueError):
+    """An input has more tokens than ``max_length`` (or more characters than
+    ``CHARS_PER_TOKEN * max_length``) and the caller did not ask to truncate."""
+
+    def __init__(self, index: int, num_tokens: int | None, max_length: int, num_chars: int | None = None):
+        self.index, self.num_tokens, self.max_length, self.num_chars = index, num_tokens, max_length, num_chars
+        if num_tokens is None:
+            size = f"{num_chars} characters, more than the {CHARS_PER_TOKEN * max_length} that"
+            size += f" {max_length} tokens allow"
+        else:
+            size = f"{num_tokens} tokens after tokenization, more than the maximum of {max_length}"
+        super().__init__(f"input {index} has {size}; shorten it or ask for truncation (truncate=True)")
+
+    def at(self, index: int) -> "InputTooLongError":
+        """The same error about input ``index`` (of a request, not of the batch it rode in)."""
+        return InputTooLongError(index, self.num_tokens, self.max_length, self.num_chars)
+
+
+class InvalidTextError(ValueError):
+    """An input is not text the tokenizer can read (e.g. a lone UTF-16 surrogate)."""
+
+    def __init__(self, index: int, reason: str):
+        self.index, self.reason = index, reason
+        super().__init__(f"input {index} is not valid text: {reason}")
+
+    def at(self, index: int) -> "InvalidTextError":
+        return InvalidTextError(index, self.reason)
 
 
 @dataclass
@@ -205,8 +228,46 @@ class Predictor:
             for index, pair in enumerate(pairs):
                 if not pair.strip():
                     raise ValueError(f"text_pair of input {index} is empty")
+        texts, pairs, refused = self._screen(texts, pairs, truncate)
+        if refused and raise_too_long:
+            raise next(iter(refused.values()))
         if self.task == "token":
-            return self._encode_words(texts, truncate, raise_too_long)
+            encoded = self._encode_words(texts, truncate, raise_too_long)
+        else:
+            encoded = self._encode_texts(texts, pairs, truncate, raise_too_long)
+        for index, error in refused.items():
+            encoded[index] = error
+        return encoded
+
+    def _screen(self, texts, pairs, truncate: bool):
+        """Check every input before the tokenizer sees it: text the tokenizer cannot read, and
+        text so long that tokenizing it would stall the server. Refused inputs are replaced by
+        a placeholder (so one tokenizer call still serves the rest); returns the texts, pairs
+        and the refusals by index."""
+        texts, pairs = list(texts), list(pairs) if pairs is not None else None
+        most = CHARS_PER_TOKEN * self.max_length
+        refused: dict[int, Exception] = {}
+        for index in range(len(texts)):
+            parts = [texts[index]] + ([pairs[index]] if pairs is not None else [])
+            for part in parts:
+                try:
+                    part.encode("utf-8")
+                except UnicodeEncodeError as error:
+                    refused[index] = InvalidTextError(index, f"{error.reason} at character {error.start}")
+            if index not in refused and sum(map(len, parts)) > most:
+                if truncate:
+                    texts[index] = texts[index][:most]
+                    if pairs is not None:
+                        pairs[index] = pairs[index][:most]
+                else:
+                    refused[index] = InputTooLongError(index, None, self.max_length, sum(map(len, parts)))
+            if index in refused:
+                texts[index] = "x"
+                if pairs is not None:
+                    pairs[index] = "x"
+        return texts, pairs, refused
+
+    def _encode_texts(self, texts, pairs, truncate: bool, raise_too_long: bool) -> list[Encoded]:
         # Tokenize untruncated first so an oversized input is reported, not silently cut.
         full = self.tokenizer(list(texts), list(pairs) if pairs is not None else None, return_token_type_ids=True)
         lengths = [len(ids) for ids in full["input_ids"]]

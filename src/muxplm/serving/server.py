@@ -2,7 +2,7 @@
 
 Endpoints: ``POST /predict`` (one or many texts, optional text pairs), ``GET /health``,
 ``GET /metrics`` (Prometheus text format). Errors are answered, never hung on:
-422 invalid body, 413 too many texts or too many tokens, 429 + Retry-After when the queue is
+422 invalid body or text the tokenizer cannot read, 413 too many texts, tokens or characters, 429 + Retry-After when the queue is
 full, 500 when the model fails on the batch holding the request, 503 while shutting down.
 """
 
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_
 
 from .batcher import BatcherClosedError, DynamicBatcher, QueueFullError
 from .metrics import ServingMetrics
-from .predictor import InputTooLongError, Predictor
+from .predictor import InputTooLongError, InvalidTextError, Predictor
 
 Texts = Union[StrictStr, Annotated[list[StrictStr], Field(min_length=1)]]
 
@@ -162,6 +162,8 @@ def create_app(
             predictions = await asyncio.wrap_future(future)
         except InputTooLongError as error:
             raise HTTPException(413, f"{error} (server --max-length {predictor.max_length})") from None
+        except InvalidTextError as error:
+            raise HTTPException(422, str(error)) from None
         except Exception as error:  # the model failed on this request's batch
             raise HTTPException(500, f"model error: {type(error).__name__}: {error}") from None
         metrics.instances.inc(len(texts))
