@@ -59,6 +59,23 @@ def test_contextual_mux_ignores_filler_slots():
     assert not torch.allclose(out, mux(other_filler, torch.ones_like(mask)), atol=1e-3)
 
 
+def test_contextual_mux_fillers_add_nothing_to_the_mixture():
+    """The mixture of a group with fillers is the real instances' terms over N: a filler's
+    cross-instance output (which attends to the real instances) is zeroed too."""
+    torch.manual_seed(0)
+    mux = build_mux(micro_config(num_instances=3, mux_type="contextual")).eval()
+    x = torch.randn(2, 3, 5, 32)
+    x[0, 2] = 0.0  # group 0: slot 2 is a filler (zero embedding, no tokens)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[0, 2] = False
+    with torch.no_grad():
+        terms = mux.instance_terms(x, mask)
+        mixture = mux(x, mask)
+    assert torch.count_nonzero(terms[0, 2]) == 0
+    assert terms[0, :2].abs().amax() > 0 and terms[1].abs().amax() > 0
+    assert torch.allclose(mixture[0], terms[0, :2].sum(dim=0) / 3, atol=1e-6)
+
+
 @pytest.mark.parametrize("mux_type", ["gaussian_hadamard", "binary_hadamard", "random_ortho", "contextual"])
 def test_output_shape(mux_type):
     mux = build_mux(micro_config(num_instances=5, mux_type=mux_type))

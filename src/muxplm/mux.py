@@ -130,6 +130,11 @@ class ContextualMux(GaussianHadamardMux):
         self.instance_layer = BertLayer(config)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.instance_terms(x, mask).mean(dim=1)
+
+    def instance_terms(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Each slot's term of the mixture, ``[G, N, L, H]`` (the mixture is their mean); a
+        filler's term is zero, its cross-instance output included."""
         g, n, l, h = x.shape
         flat = x.reshape(g * n, l, h)
         has_tokens = mask.any(dim=-1)  # False for filler slots
@@ -148,4 +153,4 @@ class ContextualMux(GaussianHadamardMux):
         slot_mask = slot_mask | ~slot_mask.any(dim=-1, keepdim=True)
         inst_mask = create_bidirectional_mask(config=self.config, inputs_embeds=across, attention_mask=slot_mask)
         mixed = self.instance_layer(across, inst_mask).view(g, l, n, h).transpose(1, 2)
-        return (keyed + mixed).mean(dim=1)
+        return (keyed + mixed) * has_tokens[..., None, None].to(x.dtype)
