@@ -6,7 +6,7 @@ import itertools
 
 import torch
 
-from muxplm import DEMUX_TYPES, MUX_TYPES, MuxBertConfig
+from muxplm import DEMUX_TYPES, MUX_TYPES, MuxBertConfig  # the built-in variants
 
 MICRO = dict(
     vocab_size=120,

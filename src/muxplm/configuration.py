@@ -10,6 +10,11 @@ from __future__ import annotations
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig, ElectraConfig
 
+from .demux import DEMUX_REGISTRY
+from .mux import MUX_REGISTRY
+
+# The built-in variants. A config accepts whatever is registered (MUX_REGISTRY /
+# DEMUX_REGISTRY), these and any registered later by user code.
 MUX_TYPES = ("gaussian_hadamard", "contextual", "binary_hadamard", "random_ortho", "identity")
 DEMUX_TYPES = ("rsa", "unbind", "prefix", "identity")
 
@@ -44,10 +49,8 @@ def _validate_mux_fields(config) -> None:
     n = config.num_instances
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"num_instances must be an integer >= 1, got {n!r}")
-    if config.mux_type not in MUX_TYPES:
-        raise ValueError(f"unknown mux_type {config.mux_type!r}; choose one of {', '.join(MUX_TYPES)}")
-    if config.demux_type not in DEMUX_TYPES:
-        raise ValueError(f"unknown demux_type {config.demux_type!r}; choose one of {', '.join(DEMUX_TYPES)}")
+    MUX_REGISTRY.check(config.mux_type)
+    DEMUX_REGISTRY.check(config.demux_type)
     for field in ("mux_type", "demux_type"):
         if getattr(config, field) == "identity" and n != 1:
             raise ValueError(f"{field}='identity' only makes sense with num_instances=1, got num_instances={n}")
@@ -83,9 +86,10 @@ def _validate_mux_fields(config) -> None:
             f"binary_hadamard gives each instance its own block of dimensions: the width "
             f"{config.mux_width} is smaller than num_instances={n}"
         )
-    if config.demux_type == "prefix" and config.max_position_embeddings < n + 1:
+    prefix = config.num_prefix_tokens
+    if prefix and config.max_position_embeddings < prefix + 1:
         raise ValueError(
-            f"prefix demux adds {n} positions to every sequence, but max_position_embeddings="
+            f"the {config.demux_type} demux adds {prefix} positions to every sequence, but max_position_embeddings="
             f"{config.max_position_embeddings} leaves no room for a single token"
         )
 
@@ -113,7 +117,7 @@ class MuxConfigMixin:
 
     @property
     def num_prefix_tokens(self) -> int:
-        return self.num_instances if self.demux_type == "prefix" else 0
+        return DEMUX_REGISTRY[self.demux_type].prefix_length(self)
 
 
 @strict(accept_kwargs=True)

@@ -30,12 +30,20 @@ def build_demux(config) -> nn.Module:
 
 
 class Demultiplexer(nn.Module):
+    """Base class. Subclasses implement ``forward``/``gather``/``demux_states``; one that adds
+    positions to every sequence says how many in :meth:`prefix_length` (the config reads it)."""
+
     registry_name = "base"
-    num_prefix_tokens = 0
 
     def __init__(self, config):
         super().__init__()
         self.num_instances = config.num_instances
+        self.num_prefix_tokens = self.prefix_length(config)
+
+    @classmethod
+    def prefix_length(cls, config) -> int:
+        """Positions this demultiplexer prepends to every sequence (T-MUX: N)."""
+        return 0
 
     def demux_states(self, h_mux: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """Demultiplex per-instance summaries of the encoder output, ``[G, N, H] -> [G, N, H]``
@@ -194,9 +202,12 @@ class PrefixDemux(_KeyedDemux):
     the encoder, the output at prefix position i plays the role of instance i's key. Costs
     N extra positions per sequence."""
 
+    @classmethod
+    def prefix_length(cls, config) -> int:
+        return config.num_instances
+
     def __init__(self, config):
         super().__init__(config)
-        self.num_prefix_tokens = config.num_instances
         width = getattr(config, "embedding_size", config.hidden_size)
         # Rows 0..N-1 are the instance markers, row N the filler.
         self.prefix_tokens = nn.Embedding(config.num_instances + 1, width)

@@ -20,9 +20,17 @@ class Registry:
 
         return add
 
-    def build(self, name: str, config):
+    def unregister(self, name: str) -> None:
+        """Remove an entry (a plug-in's variant, e.g. at the end of a test)."""
+        self._classes.pop(name, None)
+
+    def check(self, name: object) -> None:
+        """Raise a ``ValueError`` naming the registered choices unless ``name`` is one."""
         if name not in self._classes:
             raise ValueError(f"unknown {self.kind} {name!r}; choose one of {', '.join(self._classes)}")
+
+    def build(self, name: str, config):
+        self.check(name)
         return self._classes[name](config)
 
     def __getitem__(self, name: str) -> type:

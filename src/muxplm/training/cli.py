@@ -78,8 +78,9 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--init-encoder", help="warm-start from a plain BERT/ELECTRA directory")
     model.add_argument("--family", choices=FAMILIES, help="bert or electra (default: from --init, else by stage)")
     model.add_argument("--num-instances", type=int, help="N, inputs per forward pass (1 = plain baseline)")
-    model.add_argument("--mux-type", choices=MUX_TYPES)
-    model.add_argument("--demux-type", choices=DEMUX_TYPES)
+    # No fixed choices: any registered variant (built-in: see the help) is accepted by the config.
+    model.add_argument("--mux-type", help=f"multiplexer ({', '.join(MUX_TYPES)}, or a registered one)")
+    model.add_argument("--demux-type", help=f"demultiplexer ({', '.join(DEMUX_TYPES)}, or a registered one)")
     model.add_argument("--retrieval-loss-weight", type=float, help="auxiliary retrieval loss weight r")
     model.add_argument("--retrieval-softmax", choices=RETRIEVAL_SOFTMAX,
                        help="retrieval loss over the vocabulary or over the batch's tokens (cheaper)")
