@@ -107,3 +107,19 @@ def test_warm_start_refuses_a_mux_checkpoint(classifier, tmp_path):
     assert config["model_type"] == "mux_bert"
     with pytest.raises(ValueError, match="needs a plain 'bert' checkpoint"):
         MuxBertForSequenceClassification.from_encoder(tmp_path, num_instances=2)
+
+
+def test_mlm_labels_outside_the_vocabulary_are_refused():
+    from muxplm import MuxBertForMaskedLM
+
+    from mux_testing import micro_config, random_batch
+
+    model = MuxBertForMaskedLM(micro_config(num_instances=2))
+    batch = random_batch(4)
+    labels = torch.full_like(batch["input_ids"], -100)
+    labels[0, 1] = model.config.vocab_size  # one past the end
+    with pytest.raises(ValueError, match=r"outside the model's 120 vocabulary ids"):
+        model(**batch, labels=labels)
+    labels[0, 1] = -5
+    with pytest.raises(ValueError, match="label -5"):
+        model(**batch, labels=labels)

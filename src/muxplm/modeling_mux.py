@@ -270,8 +270,11 @@ class MuxBackboneMixin:
         slot_ids = plan.group(input_ids, fill_value=pad_id)
         slot_mask = plan.group(attention_mask.bool(), fill_value=False)
         slot_types = plan.group(token_type_ids, fill_value=0)
+        # A row with no attended token is a filler, as in the exported graph: it enters no mixture
+        # (its outputs are defined, finite and meaningless).
+        is_real = plan.is_real & slot_mask.any(dim=1)
         hidden, all_hidden = self.encode_slots(
-            slot_ids, slot_mask, slot_types, plan.is_real, output_hidden_states=output_hidden_states
+            slot_ids, slot_mask, slot_types, is_real, output_hidden_states=output_hidden_states
         )
         return MuxState(
             muxed=hidden,
@@ -598,11 +601,12 @@ def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Ten
         validate_labels(labels, tuple(logits.shape), "multi-label classification")
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
     validate_labels(labels, (batch,), "sequence classification")
-    _check_class_ids(labels, config.num_labels)
+    check_class_ids(labels, config.num_labels)
     return F.cross_entropy(logits, labels)
 
 
-def _check_class_ids(labels: torch.Tensor, num_labels: int) -> None:
+def check_class_ids(labels: torch.Tensor, num_labels: int, what: str = "classes") -> None:
+    """Refuse labels outside ``[0, num_labels)`` here (on CUDA they would be a device assert)."""
     if labels.dtype.is_floating_point:
         raise ValueError("classification labels must be integer class ids (float labels mean regression: num_labels=1)")
     if labels.numel() == 0:
@@ -610,7 +614,7 @@ def _check_class_ids(labels: torch.Tensor, num_labels: int) -> None:
     low, high = torch.aminmax(labels)
     if low < 0 or high >= num_labels:
         bad = int(low) if low < 0 else int(high)
-        raise ValueError(f"label {bad} is outside the model's {num_labels} classes [0, {num_labels})")
+        raise ValueError(f"label {bad} is outside the model's {num_labels} {what} [0, {num_labels})")
 
 
 class MuxTokenClassificationMixin(_LinearHeadMixin):
@@ -634,6 +638,6 @@ class MuxTokenClassificationMixin(_LinearHeadMixin):
         loss = None
         if labels is not None:
             validate_labels(labels, tuple(input_ids.shape), "token classification")
-            _check_class_ids(labels[labels != -100], self.config.num_labels)
+            check_class_ids(labels[labels != -100], self.config.num_labels)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         return TokenClassifierOutput(loss=loss, logits=logits)

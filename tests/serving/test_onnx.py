@@ -70,3 +70,29 @@ def test_onnx_ensemble_logits_match_torch(fixture, request, tmp_path):
         expected = torch_predictor.run(encoded, ensemble=ensemble)
         got = onnx.run(encoded, ensemble=ensemble)
         assert all(torch.allclose(g, e, atol=1e-4) for g, e in zip(got, expected, strict=True))
+
+
+@pytest.mark.parametrize("fixture", ["sentence_dir", "partial_dir"])
+def test_an_all_padding_row_is_a_filler_in_torch_and_onnx(fixture, request, tmp_path):
+    """A row whose attention mask is all zero enters no mixture in either runtime: the other
+    rows' outputs are what they are without it, and both runtimes agree on every row."""
+    model_dir = request.getfixturevalue(fixture)
+    result = export_onnx(model_dir, tmp_path, example_batch=4, example_length=12)
+    model = Predictor.from_pretrained(model_dir).model
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, model.config.vocab_size, (3, 9), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[2] = 0  # the last row: nothing to attend, so it takes a filler's slot
+    types = torch.zeros_like(ids)
+    other_ids = ids.clone()
+    other_ids[2] = 7
+    with torch.no_grad():
+        with_empty = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        other_content = model(input_ids=other_ids, attention_mask=mask, token_type_ids=types).logits
+        without = model(input_ids=ids[:2], attention_mask=mask[:2], token_type_ids=types[:2]).logits
+    assert torch.isfinite(with_empty).all()
+    assert torch.allclose(with_empty[:2], without, atol=1e-5)
+    assert torch.allclose(with_empty, other_content, atol=1e-5)
+    got = torch.from_numpy(onnx_session(result["path"]).run(
+        None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()})[0])
+    assert torch.allclose(got, with_empty, atol=1e-4)
