@@ -146,3 +146,24 @@ def test_batcher_fills_empty_slots_with_averaged_copies(sentence_dir):
     finally:
         no_fill.close()
     assert torch.allclose(output, alone, atol=1e-5)
+
+
+def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypatch):
+    from muxplm.serving.predictor import resolve_device
+
+    full = Predictor.from_pretrained(sentence_dir, max_length=32)
+    half = Predictor.from_pretrained(sentence_dir, max_length=32, dtype="bfloat16")
+    assert next(half.model.parameters()).dtype == torch.bfloat16 and half.device.type == "cpu"
+    texts = ["a calm request", "another one", "a third text"]
+    expected = [p["score"] for p in full.predict(texts)]
+    got = [p["score"] for p in half.predict(texts)]
+    assert all(abs(a - b) < 0.05 for a, b in zip(expected, got))
+    with pytest.raises(ValueError, match="float16 inference needs a CUDA device"):
+        resolve_device("cpu", "float16")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        resolve_device("cuda", "float32")
+    with pytest.raises(ValueError, match="unknown device"):
+        resolve_device("tpu9", "float32")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_device("cpu", "int8")

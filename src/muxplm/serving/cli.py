@@ -26,6 +26,9 @@ def register(subparsers) -> None:
     serve.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     serve.add_argument("--backend", choices=("torch", "onnx"), default="torch",
                        help="onnx: export the model and run it with ONNX Runtime")
+    serve.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K (torch backend)")
+    serve.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
+                       help="weights and activations (float16: CUDA only)")
     serve.add_argument("--log-level", default="info")
     serve.set_defaults(func=_serve)
 
@@ -80,7 +83,7 @@ def _serve(args) -> int:
 
     serve(args.model_dir, host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
           max_queue=args.max_queue, max_length=args.max_length, fill_slots=args.fill_slots, threads=args.threads,
-          backend=args.backend, log_level=args.log_level)
+          backend=args.backend, log_level=args.log_level, device=args.device, dtype=args.dtype)
     return 0
 
 

@@ -127,7 +127,9 @@ def onnx_session(path: str | os.PathLike, threads: int | None = None):
     if threads:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    # CUDA first when this ONNX Runtime build has it (onnxruntime-gpu), the CPU always.
+    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
+    return ort.InferenceSession(str(path), options, providers=providers)
 
 
 def check_parity(model, path, *, batch: int, length: int = 23) -> float:

@@ -96,6 +96,26 @@ def _model_class(architecture: str):
     return model_class
 
 
+SERVING_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tuple[torch.device, torch.dtype]:
+    """The device and dtype to serve on, or a ``ValueError`` that says why not."""
+    try:
+        device = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"unknown device {device!r}: {error}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} asked for, but this machine has no CUDA GPU (use --device cpu)")
+    if isinstance(dtype, str):
+        if dtype not in SERVING_DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(SERVING_DTYPES)}")
+        dtype = SERVING_DTYPES[dtype]
+    if dtype == torch.float16 and device.type == "cpu":
+        raise ValueError("float16 inference needs a CUDA device; on CPU use float32 or bfloat16")
+    return device, dtype
+
+
 def task_of(model) -> str:
     name = type(model).__name__
     for suffix, task in _TASK_OF_ARCHITECTURE.items():
@@ -151,9 +171,12 @@ class Predictor:
         max_length: int = 128,
         batch_size: int = 64,
         device: str | torch.device = "cpu",
+        dtype: str | torch.dtype = "float32",
     ) -> "Predictor":
         """Load a checkpoint folder (``config.json`` naming the architecture, weights and,
-        optionally, tokenizer files; without them the default MiniLM/BERT-uncased tokenizer)."""
+        optionally, tokenizer files; without them the default MiniLM/BERT-uncased tokenizer)
+        onto ``device`` in ``dtype`` (``float32``, ``bfloat16``; ``float16`` on CUDA only)."""
+        device, dtype = resolve_device(device, dtype)
         from transformers import AutoTokenizer
 
         folder = Path(path)
@@ -163,7 +186,7 @@ class Predictor:
         architectures = json.loads(config_file.read_text()).get("architectures") or []
         if not architectures:
             raise ValueError(f"{config_file} names no architecture; cannot tell which model to load")
-        model = _model_class(architectures[0]).from_pretrained(str(folder)).to(device)
+        model = _model_class(architectures[0]).from_pretrained(str(folder)).to(device=device, dtype=dtype)
         if tokenizer_path is None:
             has_tokenizer = any((folder / name).is_file() for name in _TOKENIZER_FILES)
             tokenizer_path = folder if has_tokenizer else default_tokenizer_path()

@@ -203,21 +203,27 @@ def serve(
     threads: int | None = None,
     backend: str = "torch",
     log_level: str = "info",
+    device: str = "cpu",
+    dtype: str = "float32",
 ) -> None:
-    """Load ``model_dir`` and serve it with uvicorn until interrupted (SIGINT/SIGTERM drain
-    in-flight requests before exiting). ``backend="onnx"`` runs the forward pass in ONNX
+    """Load ``model_dir`` onto ``device`` in ``dtype`` and serve it with uvicorn until
+    interrupted (SIGINT/SIGTERM drain in-flight requests before exiting). ``backend="onnx"`` runs the forward pass in ONNX
     Runtime (exported into ``model_dir/onnx`` on first use)."""
     import torch
     import uvicorn
 
     if threads:
         torch.set_num_threads(threads)
+    if backend == "onnx" and (device != "cpu" or dtype != "float32"):
+        raise ValueError("the onnx backend runs float32 on ONNX Runtime's own providers (CUDA when installed); "
+                         "--device and --dtype apply to the torch backend")
     if backend == "onnx":
         from .onnx_export import OnnxPredictor
 
         predictor = OnnxPredictor.from_pretrained(model_dir, threads=threads, max_length=max_length, batch_size=max_batch)
     elif backend == "torch":
-        predictor = Predictor.from_pretrained(model_dir, max_length=max_length, batch_size=max_batch)
+        predictor = Predictor.from_pretrained(model_dir, max_length=max_length, batch_size=max_batch,
+                                              device=device, dtype=dtype)
     else:
         raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
     app = create_app(predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
