@@ -125,15 +125,18 @@ WARM_FINETUNE = dict(stage="finetune", task="sentiment", lr=2e-4, encoder_lr=5e-
                      warmup_ratio=0.1, eval_steps=10**9, save_steps=10**9, logging_steps=10)
 
 
-def conversion(n: int, *, unmuxed: int = 0, key_norm: float = 1.0, steps: int = 200, encoder_lr: float = 1e-4,
-               groups: int = 32, **priming_settings):
+def conversion(n: int, *, unmuxed: int = 0, key_norm: float = 1.0, steps: int = 200, encoder_lr: float = 2e-5,
+               groups: int = 32, tune: dict | None = None, **priming_settings):
     """Warm start from MiniLM, retrieval priming, then sentiment fine-tuning: a chain of stages,
-    each starting from the previous one's output."""
+    each starting from the previous one's output. The priming learning rates rise linearly over
+    the whole run to 2e-4 (fresh modules) and ``encoder_lr``: the curves committed before the
+    warm-up fix were recorded as lr 1e-3 / 1e-4 with a 10 % warm-up ratio, which the paper
+    recipe's 1,000 warm-up steps overrode, giving exactly this ramp over 200 steps."""
     prime = dict(stage="retrieval", init_encoder="MINILM", num_instances=n, demux_type="unbind",
                  num_unmuxed_layers=unmuxed, mux_key_norm=key_norm, batch_size=groups * n, max_length=32,
-                 max_steps=steps, lr=1e-3, encoder_lr=encoder_lr, retrieval_softmax="in_batch", warmup_ratio=0.1,
-                 eval_steps=steps, save_steps=10**9, logging_steps=10, **priming_settings)
-    tune = dict(WARM_FINETUNE, num_epochs=min(3.0 * n, 20.0))
+                 max_steps=steps, lr=2e-4, encoder_lr=encoder_lr, retrieval_softmax="in_batch", warmup_ratio=1.0,
+                 weight_decay=0.01, eval_steps=steps, save_steps=10**9, logging_steps=10, **priming_settings)
+    tune = dict(WARM_FINETUNE, num_epochs=min(3.0 * n, 20.0), **(tune or {}))
     return {"chain": [prime, tune] if steps else [dict(tune, init_encoder="MINILM", num_instances=n,
                                                      demux_type="unbind", num_unmuxed_layers=unmuxed,
                                                      mux_key_norm=key_norm)]}
@@ -152,6 +155,11 @@ GRIDS["convert"] = {
     "n2-k2-norm20-distill": conversion(2, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5),
     "n5-k2-norm20-distill": conversion(5, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5),
     "n10-k2-norm20-distill": conversion(10, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5),
+    # ... and the fine-tuned plain MiniLM (the n1-plain run) as the fine-tuning teacher (soft labels)
+    "n2-k2-norm20-distill-kd": conversion(2, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5,
+                                          tune=dict(teacher=str(ROOT / "runs/sweeps/convert/n1-plain"))),
+    "n5-k2-norm20-distill-kd": conversion(5, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5,
+                                          tune=dict(teacher=str(ROOT / "runs/sweeps/convert/n1-plain"))),
 }
 
 

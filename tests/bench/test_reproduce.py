@@ -179,7 +179,7 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
     assert json.loads((runs / "bert" / "2-pretrain" / "train_config.json").read_text())["retrieval_loss_weight"] is None
 
 
-@pytest.mark.parametrize("preset", ["quick", "full", "gpu"])
+@pytest.mark.parametrize("preset", ["quick", "full", "gpu", "convert"])
 def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path, monkeypatch):
     """The recipes too long to run in the suite (the full CPU one, the GPU one) still hand every
     model's every stage settings that the training code accepts, with the retrieval loss only
@@ -192,6 +192,10 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
     def fake_run(config):
         validate(config)
         stages.append(config)
+        folder = Path(config.output_dir)
+        folder.mkdir(parents=True, exist_ok=True)  # what the fine-tuning reads of its start point
+        (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 6,
+                                                        "num_unmuxed_layers": config.num_unmuxed_layers or 0}))
         return {"final_step": config.max_steps, "final_loss": 1.0}
 
     def fake_evaluate(key, task, checkpoint, recipe, root, ensemble):
@@ -208,6 +212,20 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
     monkeypatch.setattr(reproduce, "evaluate", fake_evaluate)
     monkeypatch.setattr(reproduce, "measure_side_by_side", fake_throughput)
     results = run_reproduction(tmp_path, preset, device="cpu", log=lambda *_: None)
+    if preset == "convert":
+        assert list(results["rows"]) == reproduce.CONVERT_MODELS
+        by_dir = {(Path(c.output_dir).parent.name, Path(c.output_dir).name): c for c in stages}
+        for key in reproduce.CONVERT_MODELS[1:]:
+            n = reproduce.MODELS[key].num_instances
+            convert = by_dir[(key, "1-convert")]
+            assert convert.stage == "retrieval" and convert.init_encoder and convert.teacher == convert.init_encoder
+            assert convert.num_instances == n and convert.num_unmuxed_layers == 2
+            tuned = by_dir[(key, "3-sentiment")]
+            # the N = 1 row's encoder compute: 3 epochs / ((2 + 4 / N) / 6)
+            assert Path(tuned.init).name == "1-convert" and tuned.num_epochs == round(3 * 6 / (2 + 4 / n), 2)
+        assert results["rows"]["convert-minilm-2"]["baseline_used"] == "minilm"
+        assert by_dir[("minilm", "3-ner")].lr == 5e-4 and by_dir[("minilm", "3-sentiment")].encoder_lr == 5e-5
+        return
     assert set(results["rows"]) == set(reproduce.DEFAULT_MODELS)
     by_dir = {(Path(c.output_dir).parent.name, Path(c.output_dir).name): c for c in stages}
     recipe = resolve_recipe(preset)

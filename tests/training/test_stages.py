@@ -186,6 +186,12 @@ def test_new_mux_models_get_the_unbinding_demux_and_the_tiny_priming_recipe(prim
     assert _config(pretrained)["retrieval_loss_weight"] == 0.2 and _config(pretrained)["retrieval_softmax"] == "in_batch"
     with pytest.raises(ValueError, match="batch_groups"):
         build_config(stage="retrieval", batch_groups=0)
+    # Warm-up given as a ratio is not overridden by a recipe's warm-up steps (the paper's
+    # 1,000 priming steps of warm-up, for a model of no tiny size), nor the reverse.
+    paper = resolve(TrainConfig(stage="retrieval", warmup_ratio=0.1), None)
+    assert paper.warmup_ratio == 0.1 and paper.warmup_steps is None
+    assert resolve(TrainConfig(stage="retrieval"), None).warmup_steps == 1000
+    assert resolve(TrainConfig(stage="retrieval", preset="tiny", warmup_steps=5), "tiny").warmup_ratio is None
 
 
 def test_min_steps_gives_small_data_sets_more_epochs(pretrained, tmp_path):

@@ -100,7 +100,9 @@ def register(subparsers) -> None:
     )
     preset = rp.add_mutually_exclusive_group()
     for name, text in (("quick", "<= 30 min on a 2-core CPU (default)"), ("full", "the CPU recipe, <= 3 h"),
-                       ("gpu", "small preset, bf16, about 20 min on one H100")):
+                       ("gpu", "small preset, bf16, about 20 min on one H100"),
+                       ("convert", "pretrained MiniLM converted with `muxplm convert` at N = 2, 5, 10 "
+                                   "against plain MiniLM (default models of that preset)")):
         preset.add_argument(f"--{name}", dest="preset", action="store_const", const=name, help=text)
     rp.add_argument("--output-dir", default="benchmarks/results/reproduce/run")
     rp.add_argument("--runs-dir", default=None, help="where the checkpoints go (default: OUTPUT_DIR/runs)")

@@ -49,6 +49,8 @@ class ModelRecipe:
     # False: the DataMUX recipe of T-MUX, fine-tuned straight from the retrieval-primed model
     # (no language-model pre-training; what the MUX-PLMs paper compares against).
     pretrained: bool = True
+    converted: bool = False  # warm start through `muxplm convert` (muxplm.training.convert)
+    unmuxed_layers: int | None = None  # partial multiplexing (None: the conversion recipe's)
 
 
 MODELS = {
@@ -66,6 +68,19 @@ MODELS = {
     "mux-minilm-2": ModelRecipe("MUX-MiniLM N=2 (warm start)", 2, "gaussian_hadamard", "rsa", warm_start=True,
                                 baseline="minilm"),
 }
+MODELS.update({
+    f"convert-minilm-{n}": ModelRecipe(f"MUX-MiniLM N={n} (convert)", n, "gaussian_hadamard", "unbind",
+                                       warm_start=True, baseline="minilm", converted=True)
+    for n in (2, 5, 10)
+})
+# Partial multiplexing points: the paper's model (every layer on the mixture) and more layers alone.
+MODELS.update({
+    f"convert-minilm-{n}-k{k}": ModelRecipe(f"MUX-MiniLM N={n} (convert, {k} unmuxed layers)", n,
+                                            "gaussian_hadamard", "unbind", warm_start=True, baseline="minilm",
+                                            converted=True, unmuxed_layers=k)
+    for n in (2, 5) for k in (0, 4)
+})
+CONVERT_MODELS = ["minilm", "convert-minilm-2", "convert-minilm-5", "convert-minilm-10"]
 DEFAULT_MODELS = ["bert", "mux-bert-2", "mux-bert-5", "mux-bert-10", "tmux-2", "tmux-5", "electra",
                   "mux-electra-2", "contextual-2", "minilm", "mux-minilm-2"]
 DEFAULT_TASKS = ["sentiment", "trec", "pos", "ner"]
@@ -124,6 +139,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
         seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
         mixed_precision="no", device="cpu",
+        throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
+                        dtype="float32"),
+    ),
+    # Conversion of the pretrained MiniLM (issue 10; benchmarks/results/curves/convert): every row
+    # fine-tunes 2,000 examples per task with the head at 2e-4 and the encoder at 5e-5; a MUX row
+    # trains as many epochs as give it the N = 1 row's encoder compute (mux_epochs_tasks).
+    "convert": dict(
+        preset="tiny", model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None,
+        retrieval=dict(), pretrain=dict(),
+        convert=dict(),  # the conversion recipe (muxplm.training.convert.CONVERT_RECIPE) unchanged
+        finetune=dict(num_epochs=3.0, min_steps=1, lr=2e-4, encoder_lr=5e-5, batch_size=32, max_train_examples=2000,
+                      max_eval_examples=1000, sentence_pooling="mean"),
+        task_finetune=dict(ner=dict(num_epochs=5.0, lr=5e-4, encoder_lr=1e-4)),
+        mux_epochs_tasks=["sentiment", "trec", "pos", "ner"], mux_sentence_epochs_cap=20,
+        warm=dict(finetune_lr=None, max_train_examples=None),  # every row is warm: the finetune section rules
+        seeds=5, ensemble_models=[], mixed_precision="no", device="cpu",
         throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
                         dtype="float32"),
     ),
@@ -216,6 +247,16 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     if model.warm_start:
         if model.num_instances == 1:
             return None, log
+        if model.converted:
+            from ..training.convert import conversion_config
+
+            common = _common(recipe, folder / "1-convert", "retrieval", seed, progress)
+            settings = {key: common[key] for key in ("seed", "mixed_precision", "progress", "save_total_limit")}
+            settings.update(recipe.get("convert", {}), **corpus)
+            if model.unmuxed_layers is not None:
+                settings["num_unmuxed_layers"] = model.unmuxed_layers
+            log["convert"] = _run(conversion_config(encoder, model.num_instances, folder / "1-convert", **settings))
+            return str(folder / "1-convert"), log
         warm = recipe["warm"]
         log["retrieval"] = _run(TrainConfig(**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
                                             init_encoder=encoder, **mux, **corpus, lr=warm["lr"],
@@ -248,15 +289,27 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
     output = root / key / f"3-{task}"
     settings = dict(recipe["finetune"], **recipe.get("task_finetune", {}).get(task, {}))
     cap = recipe.get("mux_sentence_epochs_cap")
-    if cap and model.num_instances > 1 and task in SENTENCE_TASKS and "num_epochs" in settings:
+    scaled_tasks = recipe.get("mux_epochs_tasks", SENTENCE_TASKS)
+    if cap and model.num_instances > 1 and task in scaled_tasks and "num_epochs" in settings:
         # The same fine-tuning compute as the N = 1 row: a MUX step over the same instances encodes
-        # N times fewer sequences, so MUX rows train N times the epochs (up to the cap).
-        settings["num_epochs"] = min(settings["num_epochs"] * model.num_instances, float(cap))
+        # N times fewer sequences (fewer with unmuxed layers), so MUX rows train that many times
+        # the epochs (up to the cap).
+        scale = 1 / _encoder_cost(init, model.num_instances) if init else model.num_instances
+        settings["num_epochs"] = round(min(settings["num_epochs"] * scale, float(cap)), 2)
     if model.warm_start:  # the pretrained encoder wants a smaller step (and is slower per example)
-        settings.update(lr=recipe["warm"]["finetune_lr"], max_train_examples=recipe["warm"]["max_train_examples"])
+        warm = {"lr": recipe["warm"]["finetune_lr"], "max_train_examples": recipe["warm"]["max_train_examples"]}
+        settings.update({key: value for key, value in warm.items() if value is not None})  # None: keep
     source = dict(init=init) if init else dict(init_encoder=encoder, num_instances=1)
     summary = _run(TrainConfig(**_common(recipe, output, "finetune", seed, progress), task=task, **source, **settings))
     return str(output), summary
+
+
+def _encoder_cost(checkpoint: str, num_instances: int) -> float:
+    """A MUX model's encoder compute per instance relative to the plain model's: the unmuxed
+    layers run on every instance, the rest once per group of N."""
+    saved = json.loads((Path(checkpoint) / "config.json").read_text())
+    layers, unmuxed = saved["num_hidden_layers"], saved.get("num_unmuxed_layers", 0)
+    return (unmuxed + (layers - unmuxed) / num_instances) / layers
 
 
 def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ensemble: bool) -> dict[str, Any]:
@@ -474,7 +527,7 @@ def run_reproduction(output_dir: str | Path, preset: str = "quick", models: list
                      runs_dir: str | Path | None = None, progress: bool = False, log=print) -> dict[str, Any]:
     """Train, evaluate and time every model on every task; write and return the results.
     Checkpoints go to ``runs_dir`` (default ``output_dir/runs``)."""
-    models = list(models or DEFAULT_MODELS)
+    models = list(models or (CONVERT_MODELS if preset == "convert" else DEFAULT_MODELS))
     tasks = list(tasks or DEFAULT_TASKS)
     unknown = [m for m in models if m not in MODELS]
     if unknown:

@@ -149,6 +149,11 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> Tr
     epochs_cap = recipe.pop("epochs_scale_with_instances", None)
     if epochs_cap and values["num_epochs"] is None and values["max_steps"] is None:
         values["num_epochs"] = min(recipe["num_epochs"] * num_instances, epochs_cap)
+    # Warm-up is one setting given two ways: a ratio the user chose is not overridden by the
+    # recipe's step count (nor the reverse).
+    if values["warmup_ratio"] is not None or values["warmup_steps"] is not None:
+        recipe.pop("warmup_ratio", None)
+        recipe.pop("warmup_steps", None)
     for key, value in recipe.items():
         if values.get(key) is None:
             values[key] = value
@@ -189,8 +194,9 @@ def validate(config: TrainConfig) -> None:
             raise ValueError(f"{name} must be >= 1, got {value}")
     if config.num_epochs is not None and config.num_epochs <= 0:
         raise ValueError(f"num_epochs must be positive, got {config.num_epochs}")
-    if config.warmup_ratio is not None and not 0 <= config.warmup_ratio < 1:
-        raise ValueError(f"warmup_ratio must lie in [0, 1), got {config.warmup_ratio}")
+    if config.warmup_ratio is not None and not 0 <= config.warmup_ratio <= 1:
+        # 1: the learning rate rises over the whole run (the conversion recipe's schedule)
+        raise ValueError(f"warmup_ratio must lie in [0, 1], got {config.warmup_ratio}")
     if config.save_total_limit is not None and config.save_total_limit < 1:
         raise ValueError(f"save_total_limit must be >= 1 (or unset for no limit), got {config.save_total_limit}")
     if config.load_best_at_end and config.eval_steps and config.save_steps and config.save_steps % config.eval_steps:

@@ -13,10 +13,13 @@ from typing import Any
 
 from .config import TrainConfig, build_config
 
-# benchmarks/results/curves/convert (MiniLM, 2-core CPU): RECIPE_EVIDENCE
+# Measured on MiniLM (benchmarks/results/curves/convert, 2-core CPU): 200 priming steps of 32
+# groups of 32-token blocks; the fresh modules' learning rate rises to 2e-4 over the run, the
+# encoder's to 2e-5; two leading layers run unmuxed (N = 2 sentiment: 81.8 % against 68.5 %
+# with none, plain MiniLM 85.7 %).
 CONVERT_RECIPE: dict[str, Any] = dict(
-    stage="retrieval", demux_type="unbind", batch_groups=32, max_length=32, max_steps=300, lr=1e-3,
-    encoder_lr=1e-4, retrieval_softmax="in_batch", warmup_ratio=0.1, weight_decay=0.01, eval_steps=100,
+    stage="retrieval", demux_type="unbind", batch_groups=32, max_length=32, max_steps=200, lr=2e-4,
+    encoder_lr=2e-5, retrieval_softmax="in_batch", warmup_ratio=1.0, weight_decay=0.01, eval_steps=100,
     save_steps=100, logging_steps=10, num_unmuxed_layers=2, distill_weight=0.5,
 )
 
