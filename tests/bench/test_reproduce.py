@@ -218,7 +218,7 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
         for key in reproduce.CONVERT_MODELS[1:]:
             n = reproduce.MODELS[key].num_instances
             convert = by_dir[(key, "1-convert")]
-            assert convert.stage == "retrieval" and convert.init_encoder and convert.teacher == convert.init_encoder
+            assert convert.stage == "retrieval" and convert.init_encoder and convert.teacher is None
             assert convert.num_instances == n and convert.num_unmuxed_layers == 2
             tuned = by_dir[(key, "3-sentiment")]
             # the N = 1 row's encoder compute: 3 epochs / ((2 + 4 / N) / 6)

@@ -30,10 +30,10 @@ def plain_dir(tmp_path_factory):
 
 def test_the_recipe_adapts_to_the_encoder_and_takes_overrides(plain_dir, tmp_path):
     config = conversion_config(plain_dir, 5, tmp_path)
-    assert config.stage == "retrieval" and config.init_encoder == str(plain_dir) and config.teacher == str(plain_dir)
+    assert config.stage == "retrieval" and config.init_encoder == str(plain_dir) and config.teacher is None
     assert config.mux_key_norm == pytest.approx(math.sqrt(64))
     assert config.num_unmuxed_layers <= 1  # at least one layer of the 2 runs on the mixtures
-    assert conversion_config(plain_dir, 2, tmp_path, num_unmuxed_layers=0, teacher=None).num_unmuxed_layers == 0
+    assert conversion_config(plain_dir, 2, tmp_path, num_unmuxed_layers=0).num_unmuxed_layers == 0
     with pytest.raises(ValueError, match="N >= 2"):
         conversion_config(plain_dir, 1, tmp_path)
     with pytest.raises(ValueError, match="--init/--preset"):
@@ -41,7 +41,7 @@ def test_the_recipe_adapts_to_the_encoder_and_takes_overrides(plain_dir, tmp_pat
 
 
 def test_convert_primes_a_mux_model_from_the_plain_weights(plain_dir, tmp_path):
-    summary = convert(plain_dir, 2, tmp_path / "mux", **FAST)
+    summary = convert(plain_dir, 2, tmp_path / "mux", teacher=str(plain_dir), **FAST)  # with state distillation
     assert summary["final_step"] == 3
     records = read_log(tmp_path / "mux")
     assert len(records) == 3 and all(-1 <= r["similarity"] <= 1 for r in records)
