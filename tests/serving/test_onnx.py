@@ -96,3 +96,37 @@ def test_an_all_padding_row_is_a_filler_in_torch_and_onnx(fixture, request, tmp_
     got = torch.from_numpy(onnx_session(result["path"]).run(
         None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(), "token_type_ids": types.numpy()})[0])
     assert torch.allclose(got, with_empty, atol=1e-4)
+
+
+def test_a_failed_export_leaves_no_graph(sentence_dir, tmp_path, monkeypatch):
+    from muxplm.serving import onnx_export
+
+    monkeypatch.setattr(onnx_export, "check_parity", lambda *args, **kwargs: 1.0)
+    with pytest.raises(RuntimeError, match="differ"):
+        export_onnx(sentence_dir, tmp_path, example_batch=4, example_length=12)
+    assert not (tmp_path / "model.onnx").exists()
+    assert not list(tmp_path.glob("*.tmp")) and not (tmp_path / "muxplm_onnx.json").exists()
+
+
+def test_a_retrained_checkpoint_is_re_exported(tmp_path):
+    from muxplm import MuxBertConfig, MuxBertForSequenceClassification
+    from muxplm.serving.onnx_export import checkpoint_hash
+
+    small = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=30522)
+    config = MuxBertConfig(**small, num_instances=2, num_labels=2)
+    folder = tmp_path / "model"
+    torch.manual_seed(0)
+    MuxBertForSequenceClassification(config).save_pretrained(folder)
+    first = OnnxPredictor.from_pretrained(folder)
+    recorded = (folder / "onnx" / "muxplm_onnx.json").read_text()
+    assert checkpoint_hash(folder) in recorded
+    OnnxPredictor.from_pretrained(folder)  # unchanged checkpoint: the export is reused
+    assert (folder / "onnx" / "muxplm_onnx.json").read_text() == recorded
+    torch.manual_seed(1)  # retrained in place: the old export stays next to the new weights
+    MuxBertForSequenceClassification(config).save_pretrained(folder)
+    second = OnnxPredictor.from_pretrained(folder)
+    assert (folder / "onnx" / "muxplm_onnx.json").read_text() != recorded
+    texts = ["a calm request", "another text", "the third"]
+    assert [p["score"] for p in second.predict(texts)] == pytest.approx(
+        [p["score"] for p in Predictor.from_pretrained(folder).predict(texts)], abs=1e-4)
+    assert [p["score"] for p in second.predict(texts)] != pytest.approx([p["score"] for p in first.predict(texts)])

@@ -12,6 +12,7 @@ lay out the ensembling copies (:func:`muxplm.grouping.plan_groups`) outside the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -84,7 +85,9 @@ def export_onnx(
     example_batch: int | None = None,
     example_length: int = 16,
 ) -> dict:
-    """Export ``model_dir`` to ``out_dir/model.onnx`` (+ config.json and tokenizer files).
+    """Export ``model_dir`` to ``out_dir/model.onnx`` (+ config.json and tokenizer files, and
+    ``muxplm_onnx.json`` recording the checkpoint's hash). The graph appears only whole and
+    checked: it is written under a temporary name and renamed after the parity check.
 
     With ``check``, compares ONNX Runtime to PyTorch at a batch size other than the example's
     (not a multiple of N) and raises if they differ by more than 1e-4.
@@ -95,6 +98,9 @@ def export_onnx(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "model.onnx"
+    # Written under a temporary name and renamed only once it passed the parity check: a failed
+    # export never leaves a graph that a later server would load.
+    staging = out / f".model.onnx.{os.getpid()}.tmp"
     n = model.config.num_instances
     batch = example_batch or 2 * n + 1
     example = _example_inputs(batch, example_length, model.config.vocab_size)
@@ -102,7 +108,7 @@ def export_onnx(
     dynamic = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
     with torch.no_grad():
         torch.onnx.export(
-            wrapper, example, str(path), input_names=list(INPUT_NAMES), output_names=[output_name],
+            wrapper, example, str(staging), input_names=list(INPUT_NAMES), output_names=[output_name],
             dynamic_axes={**dynamic, output_name: {0: "batch"} if wrapper.task == "sentence" else {0: "batch", 1: "sequence"}},
             opset_version=opset, dynamo=False,
         )
@@ -111,13 +117,41 @@ def export_onnx(
     for name in os.listdir(model_dir):
         if name in _TOKENIZER_FILES or name in ("special_tokens_map.json", "tokenizer_config.json"):
             shutil.copy(Path(model_dir) / name, out / name)
-    result = {"path": str(path), "task": wrapper.task, "num_instances": n}
-    if check:
-        result["max_abs_diff"] = check_parity(model, path, batch=batch + n - 1 if n > 1 else batch + 2)
-        if result["max_abs_diff"] > 1e-4:
-            raise RuntimeError(f"ONNX and PyTorch outputs differ by {result['max_abs_diff']:.2e} (> 1e-4)")
+    result = {"path": str(path), "task": wrapper.task, "num_instances": n, "checkpoint": checkpoint_hash(model_dir)}
+    try:
+        if check:
+            result["max_abs_diff"] = check_parity(model, staging, batch=batch + n - 1 if n > 1 else batch + 2)
+            if result["max_abs_diff"] > 1e-4:
+                raise RuntimeError(f"ONNX and PyTorch outputs differ by {result['max_abs_diff']:.2e} (> 1e-4)")
+        os.replace(staging, path)
+    finally:
+        staging.unlink(missing_ok=True)
     (out / "muxplm_onnx.json").write_text(json.dumps(result, indent=2))
     return result
+
+
+def checkpoint_hash(model_dir: str | os.PathLike) -> str:
+    """SHA-256 of a checkpoint's config and weights: an export records it, and a server
+    re-exports when the checkpoint no longer matches (retrained in place)."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        file = Path(model_dir) / name
+        if file.is_file():
+            with open(file, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+    return digest.hexdigest()
+
+
+def export_is_current(model_dir: str | os.PathLike, onnx_path: str | os.PathLike) -> bool:
+    """Whether ``onnx_path`` exists and was exported from ``model_dir`` as it is now."""
+    record = Path(onnx_path).parent / "muxplm_onnx.json"
+    if not Path(onnx_path).is_file() or not record.is_file():
+        return False
+    try:
+        return json.loads(record.read_text()).get("checkpoint") == checkpoint_hash(model_dir)
+    except (OSError, json.JSONDecodeError):
+        return False
 
 
 def onnx_session(path: str | os.PathLike, threads: int | None = None):
@@ -166,7 +200,7 @@ class OnnxPredictor(Predictor):
         torch_predictor = Predictor.from_pretrained(path, max_length=max_length, batch_size=batch_size, **kwargs)
         if onnx_path is None:
             onnx_path = Path(path) / "onnx" / "model.onnx"
-            if not onnx_path.is_file():
+            if not export_is_current(path, onnx_path):  # missing, or the checkpoint changed since
                 export_onnx(path, onnx_path.parent)
         return cls(torch_predictor.model, torch_predictor.tokenizer, onnx_path, threads=threads,
                    max_length=max_length, batch_size=batch_size)
