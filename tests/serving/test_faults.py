@@ -139,3 +139,76 @@ def test_retry_after_on_a_cold_server_uses_the_batch_size_prior(predictor):
             future.result(30)
     finally:
         batcher.close(30)
+
+
+def test_a_client_that_gives_up_costs_nobody_else(predictor):
+    gated = GatedPredictor(predictor)
+    gated.gate.clear()
+    app = create_app(gated, max_batch=1, max_wait_ms=0)
+
+    async def scenario(client):
+        first = asyncio.create_task(client.post("/predict", json={"text": "holds the worker"}))
+        while not gated.started.is_set():
+            await asyncio.sleep(0.01)
+        quitter = asyncio.create_task(client.post("/predict", json={"text": "gives up"}))
+        while app.state.batcher.queue_depth < 1:
+            await asyncio.sleep(0.01)
+        quitter.cancel()  # the client disconnects while its request is queued
+        await asyncio.sleep(0.05)
+        gated.gate.set()
+        return await first, await client.post("/predict", json={"text": "after"}), await client.get("/health")
+
+    first, after, health = run_app(app, scenario)
+    assert first.status_code == 200 and after.status_code == 200 and health.status_code == 200
+    assert gated.seen == 2  # the abandoned request never reached the model
+
+
+def test_sigterm_mid_burst_answers_every_accepted_request_and_exits_cleanly(sentence_dir):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "muxplm.cli", "serve", str(sentence_dir), "--port", str(port), "--max-wait-ms", "50",
+         "--max-batch", "8", "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline, up = time.monotonic() + 180, False
+        while not up and time.monotonic() < deadline and server.poll() is None:
+            try:
+                up = httpx.get(url + "/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        assert up, "the server did not start"
+        outcomes = []
+
+        def client(i):
+            try:
+                outcomes.append(httpx.post(url + "/predict", json={"text": f"request {i} " * 20}, timeout=30).status_code)
+            except httpx.HTTPError:  # refused: the server had stopped accepting
+                outcomes.append("not accepted")
+
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(40)]
+        for thread in clients:
+            thread.start()
+        time.sleep(0.1)  # the burst is arriving
+        server.send_signal(signal.SIGTERM)
+        for thread in clients:
+            thread.join(40)
+        code = server.wait(40)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    assert code == 0, server.stderr.read().decode()[-2000:]
+    assert len(outcomes) == 40 and 200 in outcomes
+    assert all(outcome in (200, 503, "not accepted") for outcome in outcomes), outcomes

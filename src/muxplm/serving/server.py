@@ -9,6 +9,7 @@ full, 500 when the model fails on the batch holding the request, 503 while shutt
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from contextlib import asynccontextmanager
 from typing import Annotated, Literal, Optional, Union
@@ -228,4 +229,11 @@ def serve(
         raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
     app = create_app(predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
                      fill_slots=fill_slots)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    # Uvicorn drains on SIGINT/SIGTERM, then re-raises the signal to the handler that was in
+    # place before it started; a no-op one there makes a drained shutdown exit with status 0.
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
