@@ -116,4 +116,56 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
     path = Path(checkpoint) / STATE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{checkpoint} is not a complete training checkpoint (no {STATE_FILE})")
-    return json.loads(path.read_text())
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is corrupt ({error})") from error
+
+
+def load_file(path: Path, map_location=None) -> Any:
+    """``torch.load`` of a checkpoint file, with an error that names the file."""
+    try:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as error:  # truncated or garbled pickles raise many types
+        raise ValueError(f"{path} is corrupt or unreadable ({type(error).__name__}: {error})") from error
+
+
+def _check_safetensors(path: Path) -> None:
+    """A safetensors file whose header does not account for every byte was cut short."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path} is truncated ({size} bytes)")
+        length = int.from_bytes(head, "little")
+        try:
+            header = json.loads(handle.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path} has a corrupt header ({error})") from error
+    end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    if 8 + length + end != size:
+        raise ValueError(f"{path} is truncated or padded: {size} bytes, its header describes {8 + length + end}")
+
+
+def verify(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from (naming the file), or ``None`` if it can."""
+    try:
+        read_state(checkpoint)
+        for weights in sorted(checkpoint.glob("*.safetensors")):
+            _check_safetensors(weights)
+        for name in ("optimizer.pt", "scheduler.pt", *sorted(p.name for p in checkpoint.glob("rng_state_*.pt"))):
+            load_file(checkpoint / name, map_location="cpu")
+    except (OSError, ValueError) as error:
+        return str(error)
+    return None
+
+
+def resumable_checkpoint(output_dir: str | Path, warn) -> Path | None:
+    """The newest checkpoint that is whole; each newer broken one is reported through ``warn``
+    (naming the file) and skipped. ``None`` when there is none."""
+    for path in reversed(checkpoint_dirs(output_dir)):
+        problem = verify(path)
+        if problem is None:
+            return path
+        warn(f"cannot resume from {path.name}: {problem}; falling back to the previous checkpoint")
+    return None

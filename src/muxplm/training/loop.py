@@ -102,7 +102,10 @@ class RunLog:
         records = []
         if keep_until_step is not None and self.jsonl.is_file():
             for line in self.jsonl.read_text().splitlines():
-                record = json.loads(line)
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:  # a line torn by a crash mid-write
+                    continue
                 if record.get("step", 0) <= keep_until_step:
                     records.append(record)
         for path in (self.jsonl, self.csv, self.eval_csv):
@@ -222,12 +225,11 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     step, micro_step = 0, 0
     if run.resume_from is not None:
         state = ckpt.read_state(run.resume_from)
-        optimizer.load_state_dict(torch.load(run.resume_from / "optimizer.pt", weights_only=False))
-        scheduler.load_state_dict(torch.load(run.resume_from / "scheduler.pt", weights_only=False))
-        rng_file = run.resume_from / f"rng_state_{rank}.pt"
-        if not rng_file.is_file():  # resumed on more processes than saved
-            rng_file = run.resume_from / "rng_state_0.pt"
-        ckpt.set_rng_state(torch.load(rng_file, weights_only=False))
+        _check_same_layout(run.resume_from, state, config, world)
+        # Every rank maps the saved tensors onto its own device (not the saver's cuda:0).
+        optimizer.load_state_dict(ckpt.load_file(run.resume_from / "optimizer.pt", accelerator.device))
+        scheduler.load_state_dict(ckpt.load_file(run.resume_from / "scheduler.pt", "cpu"))
+        ckpt.set_rng_state(ckpt.load_file(run.resume_from / f"rng_state_{rank}.pt", "cpu"))
         step, micro_step = state["step"], state["micro_step"]
     log = RunLog(output_dir, main, keep_until_step=step if run.resume_from is not None else None)
     if main:
@@ -404,6 +406,27 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
         ckpt.write_json_atomic(output_dir / "train_results.json", summary)
     accelerator.wait_for_everyone()
     return summary
+
+
+def _check_same_layout(checkpoint: Path, state: dict[str, Any], config: TrainConfig, world: int) -> None:
+    """The data position of a checkpoint means the same examples only with the same number of
+    processes, batch size and accumulation: refuse anything else, saying why."""
+    saved = state.get("config", {})
+    differences = [
+        f"{name} {saved_value} -> {value}"
+        for name, saved_value, value in (
+            ("processes", state.get("world_size", 1), world),
+            ("batch size", saved.get("batch_size", config.batch_size), config.batch_size),
+            ("gradient accumulation", saved.get("gradient_accumulation_steps", config.gradient_accumulation_steps),
+             config.gradient_accumulation_steps),
+        )
+        if saved_value != value
+    ]
+    if differences:
+        raise ValueError(
+            f"cannot resume {checkpoint} exactly: {', '.join(differences)} would skip or repeat training data; "
+            f"resume with the saved settings, or start a new run (another --output-dir, or --init {checkpoint})"
+        )
 
 
 def _gather_lists(accelerator: Accelerator, ids: list[int]) -> list[list[int]]:

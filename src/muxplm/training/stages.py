@@ -354,9 +354,13 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
 def _resume_point(config: TrainConfig) -> Path | None:
     latest = ckpt.latest_checkpoint(config.output_dir)
     if config.resume:
-        if latest is None:
+        whole = ckpt.resumable_checkpoint(config.output_dir, logger.warning)
+        if whole is None and latest is not None:
+            raise ValueError(f"--resume: no checkpoint in {config.output_dir} is whole (see the warnings above); "
+                             f"start a new run")
+        if whole is None:
             logger.warning("--resume: no complete checkpoint in %s, starting from scratch", config.output_dir)
-        return latest
+        return whole
     if latest is not None:
         raise ValueError(
             f"{config.output_dir} already holds checkpoints ({latest.name}); pass --resume to continue that run "
