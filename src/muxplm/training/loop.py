@@ -41,6 +41,8 @@ def make_accelerator(config: TrainConfig) -> Accelerator:
             precision = "fp16"
         else:
             precision = "no"
+    if precision == "fp16" and not torch.cuda.is_available():
+        raise ValueError("--mixed-precision fp16 needs a CUDA GPU; on the CPU use bf16 or no")
     # Without a GPU, several processes (torchrun / accelerate launch) must use the CPU (gloo)
     # backend, which Accelerate only picks when told so.
     multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -1,0 +1,42 @@
+"""Mixed precision on the CPU: a bf16-autocast training run and forward pass work; fp16, which
+needs a GPU, is refused with a clear message."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from training_utils import MICRO, read_log
+
+from muxplm.training import TrainConfig, run_stage
+
+
+def test_bf16_autocast_trains_on_the_cpu(tmp_path):
+    summary = run_stage(TrainConfig(**MICRO, stage="mlm", num_instances=2, max_steps=2, mixed_precision="bf16",
+                                    output_dir=str(tmp_path)))
+    assert summary["final_step"] == 2
+    assert all(math.isfinite(record["loss"]) for record in read_log(tmp_path))
+
+
+def test_bf16_autocast_forward_matches_float32_closely():
+    from muxplm import MuxBertConfig, MuxBertForSequenceClassification
+
+    from mux_testing import MICRO as MICRO_CONFIG
+    from mux_testing import random_batch
+
+    torch.manual_seed(0)
+    model = MuxBertForSequenceClassification(MuxBertConfig(**MICRO_CONFIG, num_instances=2, num_labels=3)).eval()
+    batch = random_batch(5)
+    with torch.no_grad():
+        full = model(**batch).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            half = model(**batch).logits
+    assert half.dtype == torch.bfloat16 and torch.allclose(half.float(), full, atol=0.05)
+
+
+def test_fp16_on_the_cpu_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+        run_stage(TrainConfig(**MICRO, stage="mlm", num_instances=2, max_steps=1, mixed_precision="fp16",
+                              output_dir=str(tmp_path)))
