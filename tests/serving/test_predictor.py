@@ -149,7 +149,7 @@ def test_batcher_fills_empty_slots_with_averaged_copies(sentence_dir):
 
 
 def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypatch):
-    from muxplm.serving.predictor import resolve_device
+    from muxplm.devices import resolve_device
 
     full = Predictor.from_pretrained(sentence_dir, max_length=32)
     half = Predictor.from_pretrained(sentence_dir, max_length=32, dtype="bfloat16")

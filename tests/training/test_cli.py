@@ -122,6 +122,8 @@ def test_evaluate_rejects_non_classifiers_and_unknown_labels(tmp_path, capsys, f
     odd = _write(tmp_path / "odd.csv", "text,label\ngreat,positive\nmeh,neutral\n")
     err = _error(capsys, ["evaluate", str(finetuned), "--validation-file", odd])
     assert "neutral" in err and "negative" in err
+    err = _error(capsys, ["evaluate", str(finetuned), "--task", "sentiment", "--device", "tpu9"])
+    assert "unknown device 'tpu9'" in err
 
 
 def test_existing_checkpoints_need_resume(tmp_path, capsys, pretrained):

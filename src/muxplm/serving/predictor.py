@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 
 import muxplm
+from muxplm.devices import resolve_device
 
 TASKS = ("sentence", "token", "reconstruct")
 MODES = ("throughput", "ensemble")
@@ -94,26 +95,6 @@ def _model_class(architecture: str):
     if model_class is None:
         raise ValueError(f"checkpoint architecture {architecture!r} is not a muxplm model")
     return model_class
-
-
-SERVING_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tuple[torch.device, torch.dtype]:
-    """The device and dtype to serve on, or a ``ValueError`` that says why not."""
-    try:
-        device = torch.device(device)
-    except RuntimeError as error:
-        raise ValueError(f"unknown device {device!r}: {error}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device} asked for, but this machine has no CUDA GPU (use --device cpu)")
-    if isinstance(dtype, str):
-        if dtype not in SERVING_DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(SERVING_DTYPES)}")
-        dtype = SERVING_DTYPES[dtype]
-    if dtype == torch.float16 and device.type == "cpu":
-        raise ValueError("float16 inference needs a CUDA device; on CPU use float32 or bfloat16")
-    return device, dtype
 
 
 def task_of(model) -> str:

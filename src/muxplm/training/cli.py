@@ -57,6 +57,7 @@ def register(subparsers) -> None:
     evaluate.add_argument("--max-length", type=int)
     evaluate.add_argument("--max-examples", type=int, help="score only a fixed subset of this many examples")
     evaluate.add_argument("--cache-dir")
+    evaluate.add_argument("--device", help="cpu (default), cuda or cuda:K")
     evaluate.add_argument("--output", help="results JSON (default: CHECKPOINT/eval_results.json)")
     evaluate.set_defaults(func=_evaluate)
 
@@ -217,6 +218,7 @@ def _evaluate(args) -> int:
         args.checkpoint, args.task, seeds=args.seeds, ensemble=args.ensemble, batch_size=args.batch_size,
         max_length=args.max_length, split=args.split, validation_file=args.validation_file,
         task_kind=args.task_kind, max_examples=args.max_examples, cache_dir=args.cache_dir, output_file=output,
+        device=args.device,
     )
     Console().print(results_table(result))
     print(f"results written to {output}")

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..data import PaddingCollator, TaskSpec
+from ..devices import resolve_device
 from ..metrics import compute_task_metrics
 
 
@@ -140,7 +141,7 @@ def evaluate_checkpoint(
     if len(rows) == 0:
         raise ValueError(f"the {split} split of {spec.name} is empty")
     if device:
-        model.to(device)
+        model.to(resolve_device(device, "float32")[0])
     n = model.config.num_instances
     seed_list = list(range(seeds)) if n > 1 else [0]  # N=1: every composition is the same
     collate = PaddingCollator(tokenizer)

@@ -1,0 +1,25 @@
+"""Where a model runs: one check of a requested device and dtype for every command that runs
+a model (serve, evaluate)."""
+
+from __future__ import annotations
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tuple[torch.device, torch.dtype]:
+    """The device and dtype to run on, or a ``ValueError`` that says why not."""
+    try:
+        device = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"unknown device {device!r}: {error}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} asked for, but this machine has no CUDA GPU (use --device cpu)")
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        dtype = DTYPES[dtype]
+    if dtype == torch.float16 and device.type == "cpu":
+        raise ValueError("float16 inference needs a CUDA device; on CPU use float32 or bfloat16")
+    return device, dtype
