@@ -207,3 +207,13 @@ def test_min_steps_gives_small_data_sets_more_epochs(pretrained, tmp_path):
     assert epochs == {1: 3.0, 2: 6.0, 5: 15.0, 10: 20.0}
     assert resolve(TrainConfig(task="sentiment", preset="tiny", num_epochs=1.0), "tiny", 5).num_epochs == 1.0
     assert resolve(TrainConfig(task="sentiment", preset="tiny", max_steps=7), "tiny", 5).num_epochs == 3.0  # unused
+
+
+def test_a_classifier_head_that_must_restart_is_announced(finetuned, tmp_path, caplog):
+    import logging
+
+    settings = {k: v for k, v in MICRO.items() if k not in ("preset", "model_overrides")}
+    with caplog.at_level(logging.WARNING):
+        run_stage(TrainConfig(stage="finetune", task="trec", output_dir=str(tmp_path / "trec"), init=str(finetuned),
+                              max_steps=1, max_train_examples=16, max_eval_examples=8, **settings))
+    assert any("head for 2 labels; this task has 6" in record.getMessage() for record in caplog.records)

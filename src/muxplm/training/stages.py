@@ -331,6 +331,7 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
         if config.model_overrides:
             raise ValueError("--model-overrides only applies to a fresh --preset model")
         model = model_class.from_pretrained(config.init, **mux, **overrides, ignore_mismatched_sizes=classifier)
+        _say_if_head_restarts(saved, model, config.init)
     elif config.init_encoder:
         mux.setdefault("num_instances", 2)
         model = model_class.from_encoder(config.init_encoder, **mux, **overrides)
@@ -367,6 +368,16 @@ def _resume_point(config: TrainConfig) -> Path | None:
             f"or choose a new --output-dir"
         )
     return None
+
+
+def _say_if_head_restarts(saved: dict[str, Any], model, init: str) -> None:
+    """Transformers' own notice is silenced (``_quiet_libraries``): a classifier whose trained
+    head does not fit the new task, and so starts from scratch, is announced here."""
+    wanted = type(model).__name__
+    previous = len(saved.get("id2label") or {})
+    if wanted in (saved.get("architectures") or []) and previous != model.config.num_labels:
+        logger.warning("%s holds a %s head for %d labels; this task has %d, so the classifier head starts from "
+                       "scratch (the encoder is kept)", init, wanted, previous, model.config.num_labels)
 
 
 def _quiet_libraries() -> None:
