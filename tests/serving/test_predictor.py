@@ -167,3 +167,18 @@ def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypa
         resolve_device("tpu9", "float32")
     with pytest.raises(ValueError, match="unknown dtype"):
         resolve_device("cpu", "int8")
+
+
+def test_a_lone_request_shares_its_group_with_recent_traffic(sentence_dir):
+    predictor = Predictor.from_pretrained(sentence_dir)  # N = 5
+    earlier = ["the first request", "a second one", "and a third"]
+    batcher = DynamicBatcher(predictor, max_wait_ms=0, companions=8).start()
+    try:
+        batcher.submit(predictor.encode(earlier)).result(timeout=30)
+        (output,) = batcher.submit(predictor.encode(["a lonely request"])).result(timeout=30)
+    finally:
+        batcher.close()
+    # The newest served instances, newest first, fill the four spare slots (cycling when fewer).
+    group = ["a lonely request", "and a third", "a second one", "the first request", "and a third"]
+    assert torch.allclose(output, model_logits(predictor, group)[0], atol=1e-5)
+    assert not torch.allclose(output, model_logits(predictor, ["a lonely request"] * 5).mean(0), atol=1e-4)

@@ -22,7 +22,9 @@ def register(subparsers) -> None:
     serve.add_argument("--max-queue", type=int, default=1024, help="most queued instances before answering 429")
     serve.add_argument("--max-length", type=int, default=128, help="most tokens per input (longer: 413)")
     serve.add_argument("--no-fill-slots", dest="fill_slots", action="store_false",
-                       help="leave a part-filled group's empty slots as fillers instead of ensembling copies")
+                       help="leave a part-filled group's empty slots as fillers (no companions, no copies)")
+    serve.add_argument("--companions", type=int, default=64,
+                       help="recent requests kept to share a part-filled group (outputs discarded); 0: copies")
     serve.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     serve.add_argument("--backend", choices=("torch", "onnx"), default="torch",
                        help="onnx: export the model and run it with ONNX Runtime")
@@ -82,7 +84,8 @@ def _serve(args) -> int:
     from .server import serve
 
     serve(args.model_dir, host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-          max_queue=args.max_queue, max_length=args.max_length, fill_slots=args.fill_slots, threads=args.threads,
+          max_queue=args.max_queue, max_length=args.max_length, fill_slots=args.fill_slots, companions=args.companions,
+          threads=args.threads,
           backend=args.backend, log_level=args.log_level, device=args.device, dtype=args.dtype)
     return 0
 

@@ -90,10 +90,12 @@ def create_app(
     max_wait_ms: float = 5.0,
     max_queue: int = 1024,
     fill_slots: bool = True,
+    companions: int = 64,
 ) -> FastAPI:
     """The FastAPI app; its batcher starts with the app's lifespan and drains on shutdown."""
     batcher = DynamicBatcher(
-        predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue, fill_slots=fill_slots
+        predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue, fill_slots=fill_slots,
+        companions=companions,
     )
     metrics = ServingMetrics(max_batch, lambda: batcher.queue_depth)
     batcher.on_batch = metrics.observe_batch
@@ -201,6 +203,7 @@ def serve(
     max_queue: int = 1024,
     max_length: int = 128,
     fill_slots: bool = True,
+    companions: int = 64,
     threads: int | None = None,
     backend: str = "torch",
     log_level: str = "info",
@@ -228,7 +231,7 @@ def serve(
     else:
         raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
     app = create_app(predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
-                     fill_slots=fill_slots)
+                     fill_slots=fill_slots, companions=companions)
     # Uvicorn drains on SIGINT/SIGTERM, then re-raises the signal to the handler that was in
     # place before it started; a no-op one there makes a drained shutdown exit with status 0.
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
