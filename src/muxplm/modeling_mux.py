@@ -60,6 +60,8 @@ class MuxRetrievalOutput(ModelOutput):
         accuracy: fraction of non-ignored targets retrieved correctly.
         similarity: with state distillation, the mean cosine similarity of the demultiplexed
             states to the teacher's (:mod:`muxplm.training.distill`).
+        last_hidden_state: with ``output_demuxed``, every instance's demultiplexed states
+            ``[B, L, H]`` in input order.
     """
 
     loss: torch.Tensor | None = None
@@ -67,6 +69,7 @@ class MuxRetrievalOutput(ModelOutput):
     labels: torch.Tensor | None = None
     accuracy: torch.Tensor | None = None
     similarity: torch.Tensor | None = None
+    last_hidden_state: torch.Tensor | None = None
 
 
 @dataclass
@@ -536,10 +539,14 @@ class MuxRetrievalMixin(MuxHeadMixin):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         composition_seed: int | None = None,
+        output_demuxed: bool = False,
         **kwargs,
     ) -> MuxRetrievalOutput:
         state = self._multiplex(input_ids, attention_mask, token_type_ids, composition_seed=composition_seed)
-        return retrieval_loss(self.retrieval_head, state, in_batch=_in_batch_softmax(self))
+        output = retrieval_loss(self.retrieval_head, state, in_batch=_in_batch_softmax(self))
+        if output_demuxed:  # through forward, so that a DDP wrapper sees the whole computation
+            output.last_hidden_state = state.plan.reduce_copies(state.demux_rows())
+        return output
 
     @torch.no_grad()
     def reconstruct(self, input_ids, attention_mask=None, token_type_ids=None, composition_seed=None) -> torch.Tensor:

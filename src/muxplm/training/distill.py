@@ -18,7 +18,7 @@ import torch
 from torch.nn import functional as F
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-from ..modeling_mux import MuxRetrievalOutput, _in_batch_softmax, retrieval_loss
+from ..modeling_mux import MuxRetrievalOutput
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -99,10 +99,9 @@ class StateDistillation:
 
     def __call__(self, model, batch: dict[str, torch.Tensor]) -> MuxRetrievalOutput:
         inputs = {key: batch[key] for key in _INPUTS if key in batch}
-        state = model.base_model.multiplex(**inputs)
-        aux = retrieval_loss(model.retrieval_head, state, in_batch=_in_batch_softmax(model))
+        aux = model(**inputs, output_demuxed=True)  # the model's own forward (a DDP wrapper syncs it)
         real = inputs["attention_mask"].bool()
-        student = state.plan.reduce_copies(state.demux_rows())[real]
+        student = aux.last_hidden_state[real]
         with torch.no_grad():
             target = self.teacher(**inputs).last_hidden_state[real]
         similarity = F.cosine_similarity(student.float(), target.float(), dim=-1).mean()
