@@ -424,7 +424,8 @@ def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     accelerator = make_accelerator(config)
     set_seed(config.seed)
     model = build_model(config, config.stage, tokenizer, {}, resume_from)
-    train_blocks, eval_blocks = _pretraining_blocks(config, tokenizer)
+    with accelerator.main_process_first():  # one process fetches and tokenizes; the others read its cache
+        train_blocks, eval_blocks = _pretraining_blocks(config, tokenizer)
     collate = _pretraining_collator(config.stage, tokenizer, model, config, seed=config.seed)
     evaluate = _pretraining_evaluator(config.stage, tokenizer, model, config, eval_blocks) if eval_blocks else None
     loss_fn = None
@@ -444,11 +445,13 @@ def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     from accelerate.utils import set_seed
 
     config = _resolved(config, resume_from)
-    spec, features = load_task_features(
-        tokenizer, task=config.task, train_file=config.train_file, validation_file=config.validation_file,
-        task_kind=config.task_kind, max_length=config.max_length, cache_dir=config.cache_dir,
-        max_examples={"train": config.max_train_examples, "validation": config.max_eval_examples},
-    )
+    accelerator = make_accelerator(config)
+    with accelerator.main_process_first():  # one process fetches and tokenizes; the others read its cache
+        spec, features = load_task_features(
+            tokenizer, task=config.task, train_file=config.train_file, validation_file=config.validation_file,
+            task_kind=config.task_kind, max_length=config.max_length, cache_dir=config.cache_dir,
+            max_examples={"train": config.max_train_examples, "validation": config.max_eval_examples},
+        )
     if spec.is_regression:
         labels = {"num_labels": 1, "problem_type": "regression"}
     else:
@@ -457,7 +460,6 @@ def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
             "id2label": dict(enumerate(spec.label_names)),
             "label2id": {name: i for i, name in enumerate(spec.label_names)},
         }
-    accelerator = make_accelerator(config)
     set_seed(config.seed)
     model = build_model(config, spec.kind, tokenizer, labels, resume_from)
     validation = features["validation"]
