@@ -144,7 +144,7 @@ def test_retry_after_on_a_cold_server_uses_the_batch_size_prior(predictor):
 def test_a_client_that_gives_up_costs_nobody_else(predictor):
     gated = GatedPredictor(predictor)
     gated.gate.clear()
-    app = create_app(gated, max_batch=1, max_wait_ms=0)
+    app = create_app(gated, max_batch=1, max_wait_ms=0, companions=0)  # copies: seen counts requests
 
     async def scenario(client):
         first = asyncio.create_task(client.post("/predict", json={"text": "holds the worker"}))

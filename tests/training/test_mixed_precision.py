@@ -12,7 +12,18 @@ from training_utils import MICRO, read_log
 from muxplm.training import TrainConfig, run_stage
 
 
-def test_bf16_autocast_trains_on_the_cpu(tmp_path):
+@pytest.fixture
+def fresh_accelerate_state():
+    """Accelerate keeps one process-wide state whose precision cannot change once set: start
+    and leave this test with none."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
+def test_bf16_autocast_trains_on_the_cpu(tmp_path, fresh_accelerate_state):
     summary = run_stage(TrainConfig(**MICRO, stage="mlm", num_instances=2, max_steps=2, mixed_precision="bf16",
                                     output_dir=str(tmp_path)))
     assert summary["final_step"] == 2
