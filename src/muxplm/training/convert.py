@@ -45,14 +45,14 @@ def conversion_config(plain_dir: str | Path, num_instances: int, output_dir: str
     then ``overrides`` (``None`` values are ignored, as for unset flags)."""
     if not isinstance(num_instances, int) or num_instances < 2:
         raise ValueError(f"convert multiplexes N >= 2 instances, got --num-instances {num_instances!r}")
-    settings = conversion_settings(plain_dir, num_instances)
-    settings.update(file_settings or {})
-    settings.update({key: value for key, value in overrides.items() if value is not None})
-    if settings.get("stage", "retrieval") != "retrieval":
-        raise ValueError(f"convert runs the retrieval stage, not {settings['stage']!r}")
-    if settings.get("init") or settings.get("preset"):
+    given = {**(file_settings or {}), **{key: value for key, value in overrides.items() if value is not None}}
+    if given.get("stage", "retrieval") != "retrieval":
+        raise ValueError(f"convert runs the retrieval stage, not {given['stage']!r}")
+    if given.get("init") or given.get("preset"):
         raise ValueError("convert starts from the plain encoder it is given; --init/--preset do not apply")
-    return build_config({}, **{**settings, "output_dir": str(output_dir)})
+    # build_config layers the flags (None: unset) over the file settings, as for every stage.
+    return build_config({**conversion_settings(plain_dir, num_instances), **(file_settings or {})},
+                        **overrides, output_dir=str(output_dir))
 
 
 def convert(plain_dir: str | Path, num_instances: int, output_dir: str | Path, **overrides) -> dict[str, Any]:
