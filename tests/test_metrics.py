@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from muxplm.data.tasks import TaskSpec
+from muxplm.data import TaskSpec
 from muxplm.metrics import (
     accuracy,
     binary_f1,

@@ -6,10 +6,8 @@ import pytest
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
 from muxplm.data import sources
-from muxplm.data.tasks import (
+from muxplm.data import (
     BUILTIN_TASKS,
-    UNIVERSAL_TAGS,
-    WNUT16_TAGS,
     brown_to_universal,
     conll2003_to_rows,
     get_task,
@@ -22,6 +20,7 @@ from muxplm.data.tasks import (
     split_fixed,
     ud_to_rows,
 )
+from muxplm.data.tasks import UNIVERSAL_TAGS, WNUT16_TAGS
 
 
 def make_source(cache, name, files):

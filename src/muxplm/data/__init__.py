@@ -2,26 +2,11 @@
 
 from .collators import MLMCollator, PaddingCollator, ReplacedTokenCollator
 from .sources import SOURCES, ChecksumError, MissingToolError, default_cache_dir, fetch
-from .tasks import (
-    BUILTIN_TASKS,
-    GLUE_TASKS,
-    TaskSpec,
-    brown_to_universal,
-    conll2003_to_rows,
-    get_task,
-    glue_to_rows,
-    load_hub_task,
-    load_local_sentence_task,
-    load_local_token_task,
-    load_ner,
-    load_pos,
-    load_pretraining_corpus,
-    load_sentiment,
-    load_text_files,
-    load_trec,
-    split_fixed,
-    ud_to_rows,
-)
+from .corpus import load_pretraining_corpus
+from .hub import GLUE_TASKS, conll2003_to_rows, glue_to_rows, load_hub_task, ud_to_rows
+from .local_files import load_local_sentence_task, load_local_token_task, load_text_files
+from .rows import TaskSpec, split_fixed
+from .tasks import BUILTIN_TASKS, brown_to_universal, get_task, load_ner, load_pos, load_sentiment, load_trec
 from .tokenization import (
     default_tokenizer_path,
     load_tokenizer,
