@@ -18,7 +18,9 @@ from pathlib import Path
 import torch
 
 from muxplm import MuxBertForSequenceClassification
-from muxplm.bench.throughput import environment, make_inputs, time_batches
+from muxplm.bench.throughput import environment
+from muxplm.timing import random_inputs, round_robin
+from muxplm.timing import rates as measured_rates  # `rates` names the results below
 
 ROOT = Path(__file__).resolve().parents[2]
 # (N, K) -> how its sentiment accuracy was measured
@@ -70,16 +72,10 @@ def main(argv=None) -> None:
     points = [(1, 0)] + [(n, k) for n in (2, 5, 10) for k in (0, 2, 4)]
     models = {point: build(encoder, *point) for point in points}
     device = torch.device("cpu")
-    inputs = make_inputs(args.batch_size, args.seq_length, device)
-    rates: dict[tuple[int, int], list[float]] = {point: [] for point in points}
-    with torch.inference_mode():
-        for model in models.values():
-            time_batches(model, inputs, 1, device)  # warm-up
-        for trial in range(args.trials):
-            shift = trial % len(points)
-            for point in points[shift:] + points[:shift]:
-                _, cpu = time_batches(models[point], inputs, args.batches, device)
-                rates[point].append(args.batch_size * args.batches / cpu)
+    inputs = random_inputs(args.batch_size, args.seq_length, device)
+    timings = round_robin(models, inputs, batches=args.batches, trials=args.trials, device=device)
+    rates = {point: measured_rates(timings[point], args.batch_size * args.batches, "process")["trials"]
+             for point in points}
     base = statistics.fmean(rates[(1, 0)])
     rows = [dict(num_instances=n, unmuxed_layers=k, samples_per_s=statistics.fmean(rates[(n, k)]),
                  speedup=statistics.fmean(rates[(n, k)]) / base, trials=rates[(n, k)],

@@ -98,6 +98,14 @@ def _check_same_shape(name: str, tensor: torch.Tensor | None, shape: torch.Size)
         raise ValueError(f"{name} has shape {tuple(tensor.shape)} but input_ids has shape {tuple(shape)}")
 
 
+def host_checks_wanted(tensor: torch.Tensor) -> bool:
+    """Whether to check values that live on the device from the host: always for CPU tensors
+    (free) and at inference (a clear error is worth one sync); not in a training step on an
+    accelerator, whose batches come from the stage's own tokenizer and collators (checked when
+    the stage starts), so that the step never waits for the host."""
+    return tensor.device.type == "cpu" or not torch.is_grad_enabled()
+
+
 def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None) -> None:
     """Raise a ``ValueError`` naming the problem for inputs the model cannot take."""
     if not torch.is_tensor(input_ids):
@@ -118,6 +126,8 @@ def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None)
             f"sequence length {length} is longer than the model's position table allows: at most {room} "
             f"tokens (max_position_embeddings={config.max_position_embeddings}{extra}); truncate the input"
         )
+    if not host_checks_wanted(input_ids):
+        return
     # One device->host transfer for all range checks (each separate read would be a GPU sync).
     bounds = [*torch.aminmax(input_ids)]
     if token_type_ids is not None:
@@ -616,7 +626,7 @@ def check_class_ids(labels: torch.Tensor, num_labels: int, what: str = "classes"
     """Refuse labels outside ``[0, num_labels)`` here (on CUDA they would be a device assert)."""
     if labels.dtype.is_floating_point:
         raise ValueError("classification labels must be integer class ids (float labels mean regression: num_labels=1)")
-    if labels.numel() == 0:
+    if labels.numel() == 0 or not host_checks_wanted(labels):
         return
     low, high = torch.aminmax(labels)
     if low < 0 or high >= num_labels:

@@ -16,12 +16,12 @@ from muxplm.bench.throughput import (
     environment,
     filler_ceiling,
     format_table,
-    make_inputs,
     plot_throughput,
     run_throughput,
     speedup_target,
     summarise,
 )
+from muxplm.timing import random_inputs
 
 CPU = torch.device("cpu")
 
@@ -56,7 +56,7 @@ def test_reference_model_matches_n1_muxplm_model():
         plain = build_model(ModelSpec("tiny", implementation="transformers"), head, CPU, torch.float32)
         missing, unexpected = plain.load_state_dict(mux.state_dict(), strict=False)
         assert not missing, missing
-        inputs = make_inputs(3, 12, CPU)
+        inputs = random_inputs(3, 12, CPU)
         with torch.inference_mode():
             torch.testing.assert_close(plain(**inputs), mux(**inputs).logits, atol=1e-5, rtol=1e-5)
 
@@ -129,7 +129,7 @@ def test_summarise_reports_misses_and_their_size():
 
 def test_stage_breakdown_accounts_for_the_forward_pass():
     model = build_model(ModelSpec("tiny", 2, "gaussian_hadamard", "rsa"), "token", CPU, torch.float32)
-    times = stage_breakdown(model, make_inputs(4, 8, CPU), CPU, repeats=2)
+    times = stage_breakdown(model, random_inputs(4, 8, CPU), CPU, repeats=2)
     assert set(STAGES) <= set(times) and times["encoder"] > 0 and times["demux"] > 0
     assert times["other"] == pytest.approx(times["total"] - sum(times[s] for s in STAGES))
     assert math.isfinite(times["total"]) and times["total"] > times["encoder"]
@@ -139,3 +139,28 @@ def test_environment_records_machine_and_versions():
     env = environment("cpu")
     assert env["cpu_cores"] >= 1 and env["transformers"] and env["date"].startswith("20")
     assert "git_commit" in env
+
+
+def test_round_robin_times_every_model_each_trial_and_rates_use_the_chosen_clock():
+    from muxplm.timing import rates, round_robin
+
+    calls = []
+
+    class Recorder(torch.nn.Module):
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def forward(self, **inputs):
+            calls.append(self.name)
+
+    models = {"a": Recorder("a"), "b": Recorder("b")}
+    timings = round_robin(models, {}, batches=2, trials=3, device="cpu", warmup=1)
+    assert {key: len(timed) for key, timed in timings.items()} == {"a": 3, "b": 3}
+    # warm-up once each, then trial 1 a-first, trial 2 b-first, trial 3 a-first (2 batches per timing)
+    assert calls == ["a", "b", *"aabb", *"bbaa", *"aabb"]
+    measured = rates([(2.0, 1.0), (4.0, 2.0)], samples=8, clock="process")
+    assert measured["trials"] == [8.0, 4.0] and measured["wall_samples_per_s"] == 3.0
+    assert measured["samples_per_s"] == 6.0 and measured["std"] == 2.0
+    with pytest.raises(ValueError, match="unknown clock"):
+        rates([(1.0, 1.0)], samples=1, clock="gpu")

@@ -1,6 +1,10 @@
-"""Checkpoint bookkeeping: which checkpoints rotation keeps, and which one is the best."""
+"""Checkpoint bookkeeping: which checkpoints rotation keeps, which one is the best, and the final
+model replaced whole or not at all whatever the point of a crash."""
 
 import json
+
+import torch
+from safetensors.torch import save_file
 
 from muxplm.training import checkpoint as ckpt
 
@@ -36,3 +40,94 @@ def test_rotation_keeps_the_newest_and_the_best(tmp_path):
     ckpt.rotate(tmp_path / "plain", keep=2)
     assert _names(tmp_path / "plain") == ["checkpoint-2", "checkpoint-3"]
     assert ckpt.rotate(tmp_path / "plain", keep=None) == []
+
+
+# ------------------------------------------------------------------ the final model, replaced whole
+
+
+def _run_folder(root):
+    """A finished run: two checkpoints, logs, and a final model saved earlier (with its manifest)."""
+    run = root / "run"
+    _fake_checkpoints(run, {2: None, 4: None})
+    (run / "log.jsonl").write_text('{"step": 1}\n')
+    (run / "config.json").write_text('{"old": true}')
+    (run / "pytorch_model.bin").write_bytes(b"old weights")  # a file the new save does not write
+    (run / ckpt.FINAL_MANIFEST).write_text(json.dumps(["config.json", "pytorch_model.bin"]))
+    return run
+
+
+def _write_new(folder):
+    (folder / "config.json").write_text('{"new": true}')
+    save_file({"weight": torch.ones(3)}, folder / "model.safetensors")
+
+
+def test_publish_final_replaces_the_final_files_and_keeps_the_run(tmp_path):
+    run = _run_folder(tmp_path)
+    ckpt.publish_final(run, _write_new)
+    assert json.loads((run / "config.json").read_text()) == {"new": True}
+    assert not (run / "pytorch_model.bin").exists()  # the earlier save's stale file is gone
+    assert (run / "log.jsonl").read_text() == '{"step": 1}\n'
+    assert _names(run) == ["checkpoint-2", "checkpoint-4"]
+    assert json.loads((run / ckpt.FINAL_MANIFEST).read_text()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging or old folder left
+    assert ckpt.verify_final(run) is None
+    (run / "model.safetensors").unlink()
+    assert "model.safetensors is missing" in ckpt.verify_final(run)
+    assert "no final model" in ckpt.verify_final(tmp_path / "elsewhere")
+
+
+class Crash(Exception):
+    pass
+
+
+def _crash_on_replace(monkeypatch, when):
+    real = ckpt.os.replace
+
+    def replace(source, target):
+        if when(str(source), str(target)):
+            raise Crash
+        return real(source, target)
+
+    monkeypatch.setattr(ckpt.os, "replace", replace)
+
+
+def test_a_crash_at_any_point_of_the_final_save_leaves_the_old_or_the_new_run_whole(tmp_path, monkeypatch):
+    def crash_in_write(folder):
+        (folder / "config.json").write_text('{"new": true}')
+        raise Crash
+
+    outcomes = {}
+    points = {
+        "while writing": dict(write=crash_in_write),
+        "before the first rename": dict(replace=lambda s, t: s.endswith("run")),
+        "between the two renames": dict(replace=lambda s, t: s.endswith(".final-new")),
+    }
+    for name, point in points.items():
+        root = tmp_path / name.replace(" ", "-")
+        run = _run_folder(root)
+        with monkeypatch.context() as patch:
+            if "replace" in point:
+                _crash_on_replace(patch, point["replace"])
+            try:
+                ckpt.publish_final(run, point.get("write", _write_new))
+            except Crash:
+                pass
+            else:
+                raise AssertionError(f"no crash {name}")
+        ckpt.recover_run_folder(run)  # what the next run does first
+        assert sorted(p.name for p in root.iterdir()) == ["run"], name
+        assert _names(run) == ["checkpoint-2", "checkpoint-4"], name
+        assert (run / "log.jsonl").is_file(), name
+        outcomes[name] = json.loads((run / "config.json").read_text())
+        stale = (run / "pytorch_model.bin").exists()
+        assert stale == ("old" in outcomes[name]), name  # never old weights with a new config
+    assert outcomes == {"while writing": {"old": True}, "before the first rename": {"old": True},
+                        "between the two renames": {"new": True}}
+
+
+def test_recovery_leaves_a_whole_folder_alone(tmp_path):
+    run = _run_folder(tmp_path)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    ckpt.recover_run_folder(run)
+    ckpt.recover_run_folder(tmp_path / "never-created")
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before

@@ -1,4 +1,5 @@
-"""Crash safety and multi-process runs: resume after SIGKILL, and a 2-process gloo run."""
+"""Crash safety and multi-process runs: resume after SIGKILL (mid-step and at each point of saving),
+and a 2-process gloo run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import time
 
 import pytest
 from training_utils import micro_flags, read_log, run_cli
+
+from muxplm.training import checkpoint as ckpt
 
 MLM = ["pretrain", "--stage", "mlm", "--preset", "tiny", "--num-instances", "2", "--seed", "7"]
 
@@ -54,6 +57,49 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     assert complete == {f"checkpoint-{steps - every}", f"checkpoint-{steps}"}
 
 
+# Runs the CLI in a child process that kills itself (os._exit: no clean-up, as SIGKILL) at one
+# point of saving; which point is chosen by patching the call made there.
+KILLER = """
+import os, sys, torch
+from muxplm.training import checkpoint as ckpt
+point, argv = sys.argv[1], sys.argv[2:]
+real_save, real_replace, real_json = torch.save, os.replace, ckpt.write_json_atomic
+def save(obj, path, *args, **kwargs):
+    if point == "mid-checkpoint" and str(path).endswith("checkpoint-8/optimizer.pt"):
+        os._exit(9)
+    return real_save(obj, path, *args, **kwargs)
+def replace(source, target):
+    if point == "between-final-renames" and str(source).endswith(".final-new"):
+        os._exit(9)
+    return real_replace(source, target)
+def write_json(path, payload):
+    if point == "mid-final-save" and path.name == "train_results.json":
+        os._exit(9)
+    return real_json(path, payload)
+torch.save, os.replace, ckpt.write_json_atomic = save, replace, write_json
+from muxplm.cli import main
+sys.exit(main(argv))
+"""
+
+
+@pytest.mark.parametrize("point", ["mid-checkpoint", "mid-final-save", "between-final-renames"])
+def test_a_kill_while_saving_leaves_a_run_that_resumes_to_the_end(tmp_path, point):
+    steps, every = 8, 4
+    flags = [*MLM, *micro_flags(max_steps=steps, save_steps=every, eval_steps=1000), "--output-dir", str(tmp_path / "run")]
+    killed = subprocess.run([sys.executable, "-c", KILLER, point, *flags], capture_output=True, text=True, timeout=240)
+    assert killed.returncode == 9, killed.stderr[-3000:]
+    run = tmp_path / "run"
+    resumed = run_cli(*flags, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads((run / "train_results.json").read_text())
+    assert summary["final_step"] == steps
+    assert summary["resumed_from_step"] == (every if point == "mid-checkpoint" else steps)
+    assert sorted(r["step"] for r in read_log(run)) == list(range(1, steps + 1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging or old folder left
+    assert not list(run.glob(".tmp-*"))
+    assert ckpt.verify_final(run) is None  # the final model is whole: config, weights, manifest
+
+
 def test_two_process_gloo_run(tmp_path):
     out = tmp_path / "ddp"
     env = {"OMP_NUM_THREADS": "1"}
@@ -73,3 +119,21 @@ def test_two_process_gloo_run(tmp_path):
     assert events == [2, 4]  # written once per save, by one process
     assert {p.name for p in (out / "checkpoint-4").glob("rng_state_*.pt")} == {"rng_state_0.pt", "rng_state_1.pt"}
     assert done.stdout.count("model saved to") == 1
+    # Evaluation ran sharded over both processes and gathered: the logged held-out figures at
+    # the last step equal one process scoring the final model alone.
+    from dataclasses import fields
+
+    from muxplm import MuxBertForMaskedLM
+    from muxplm.data import load_tokenizer
+    from muxplm.training import TrainConfig
+    from muxplm.training.inputs import pretraining_blocks, pretraining_evaluator
+
+    saved = json.loads((out / "train_config.json").read_text())
+    config = TrainConfig(**{f.name: saved[f.name] for f in fields(TrainConfig) if f.name in saved})
+    tokenizer, model = load_tokenizer(out), MuxBertForMaskedLM.from_pretrained(out).eval()
+    _, blocks = pretraining_blocks(config, tokenizer)
+    alone = pretraining_evaluator("mlm", tokenizer, model, config, blocks)(model)
+    logged = [r for r in map(json.loads, (out / "log.jsonl").read_text().splitlines()) if r["kind"] == "eval"][-1]
+    assert logged["step"] == 4
+    assert logged["loss"] == pytest.approx(alone["loss"], rel=1e-5)
+    assert logged["accuracy"] == pytest.approx(alone["accuracy"], abs=1e-9)

@@ -90,6 +90,26 @@ def test_metrics_wiring_matches_a_manual_forward(finetuned):
     assert got == compute_task_metrics(spec, logits.argmax(-1), labels)
 
 
+def test_sharded_evaluation_gathers_the_same_metrics_as_one_process(finetuned, monkeypatch):
+    """Two processes' shares of the batches, gathered, score exactly as one process: the
+    composition of a batch depends on its index only. (The gather itself is Accelerate's;
+    here it is played by hand, shard 1 first.)"""
+    import accelerate.utils
+
+    model, tokenizer = load_classifier(finetuned)
+    spec, features = load_task_features(tokenizer, task="sentiment", splits=("validation",), max_length=32,
+                                        max_examples={"validation": 45})
+    rows = features["validation"]
+    alone = evaluate_model(model, spec, rows, tokenizer, batch_size=8, composition_seed=3)
+    shares = {}
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda mine: shares.setdefault("rank1", mine))
+    evaluate_model(model, spec, rows, tokenizer, batch_size=8, composition_seed=3, shard=(1, 2))
+    assert [index for index, _, _ in shares["rank1"]] == [1, 3, 5]  # every other batch of 6
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda mine: shares["rank1"] + mine)
+    gathered = evaluate_model(model, spec, rows, tokenizer, batch_size=8, composition_seed=3, shard=(0, 2))
+    assert gathered == alone
+
+
 def test_electra_stage_and_token_task(tmp_path):
     electra = tmp_path / "electra"
     run_stage(TrainConfig(stage="electra", output_dir=str(electra), num_instances=2, max_steps=2, **MICRO))
@@ -118,7 +138,10 @@ def test_warm_start_from_a_plain_bert_encoder(tmp_path):
     assert summary["final_step"] == 1
 
 
-def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+@pytest.mark.parametrize("logging_steps", [1, 5])
+def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch, logging_steps):
+    """The loss is read on the host only at logging, evaluation and save steps; a NaN at step 3
+    is still reported as step 3 and the save at step 4 refused, whatever the logging interval."""
     from muxplm import MuxBertForMaskedLM
 
     forward = MuxBertForMaskedLM.forward
@@ -135,7 +158,7 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypat
     out = tmp_path / "diverge"
     with pytest.raises(TrainingDiverged, match="loss became nan at step 3"):
         run_stage(TrainConfig(stage="mlm", output_dir=str(out), num_instances=2, max_steps=6, save_steps=2,
-                              eval_steps=100, **MICRO))
+                              eval_steps=100, **{**MICRO, "logging_steps": logging_steps}))
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]
     assert not (out / "train_results.json").exists()
 

@@ -10,7 +10,8 @@ import time
 import torch
 from torch import nn
 
-from .throughput import ModelSpec, _sync, build_model, make_inputs
+from ..timing import random_inputs, sync
+from .throughput import ModelSpec, build_model
 
 STAGES = ("embeddings", "mux", "encoder", "demux", "head")
 
@@ -40,13 +41,13 @@ def stage_breakdown(model: nn.Module, inputs: dict, device: torch.device, repeat
 
     def enter(stage):
         def hook(module, args):
-            _sync(device)
+            sync(device)
             started[id(module)] = now()
         return hook
 
     def leave(stage):
         def hook(module, args, output):
-            _sync(device)
+            sync(device)
             spent[stage] += now() - started.pop(id(module))
         return hook
 
@@ -58,11 +59,11 @@ def stage_breakdown(model: nn.Module, inputs: dict, device: torch.device, repeat
         with torch.inference_mode():
             model(**inputs)  # warm-up, not counted
             spent.update({stage: 0.0 for stage in STAGES})
-            _sync(device)
+            sync(device)
             start = now()
             for _ in range(repeats):
                 model(**inputs)
-            _sync(device)
+            sync(device)
             total = now() - start
     finally:
         for handle in handles:
@@ -82,7 +83,7 @@ def top_operators(model: nn.Module, inputs: dict, device: torch.device, limit: i
         model(**inputs)
         with torch.profiler.profile(activities=activities) as prof:
             model(**inputs)
-            _sync(device)
+            sync(device)
     sort_by = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
     return prof.key_averages().table(sort_by=sort_by, row_limit=limit)
 
@@ -104,7 +105,7 @@ def profile_specs(
     from .throughput import DTYPES
 
     device = torch.device(device)
-    inputs = make_inputs(batch_size, seq_len, device)
+    inputs = random_inputs(batch_size, seq_len, device)
     results = []
     header = f"{'model':48s} " + " ".join(f"{s:>10s}" for s in (*STAGES, "other", "total")) + "   (ms / batch)"
     log(header)

@@ -29,10 +29,11 @@ from typing import Any
 
 import torch
 
+from ..timing import random_inputs, rates, round_robin
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
 from ..training.config import recipe_for
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
-from .throughput import DTYPES, environment, make_inputs, time_batches
+from .throughput import DTYPES, environment
 
 
 @dataclass(frozen=True)
@@ -335,33 +336,19 @@ def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ens
 
 def measure_side_by_side(checkpoints: dict[str, str], *, batch_size: int, seq_length: int, batches: int,
                          trials: int, clock: str, dtype: str, device: str, warmup: int = 1) -> dict[str, dict]:
-    """Inference samples/s of every fine-tuned checkpoint on the same random batch
-    (:func:`muxplm.bench.throughput.make_inputs`), timed round robin with the bench timer:
-    trial t of every model before trial t+1 of any, the first model rotating."""
+    """Inference samples/s of every fine-tuned checkpoint on the same random batch, timed round
+    robin (:mod:`muxplm.timing`)."""
     device = torch.device(device)
-    models = {}
-    for key, path in checkpoints.items():
-        model = load_classifier(path)[0].eval().to(device=device, dtype=DTYPES[dtype])
-        models[key] = model
+    models = {key: load_classifier(path)[0].eval().to(device=device, dtype=DTYPES[dtype])
+              for key, path in checkpoints.items()}
     vocab = min(m.config.vocab_size for m in models.values())
-    inputs = make_inputs(batch_size, seq_length, device, vocab_size=vocab)
-    order = list(models)
-    timings: dict[str, list[tuple[float, float]]] = {key: [] for key in order}
-    with torch.inference_mode():
-        for key in order:
-            time_batches(models[key], inputs, warmup, device)
-        for trial in range(trials):
-            shift = trial % len(order)
-            for key in order[shift:] + order[:shift]:
-                timings[key].append(time_batches(models[key], inputs, batches, device))
-    samples = batch_size * batches
+    inputs = random_inputs(batch_size, seq_length, device, vocab_size=vocab)
+    timings = round_robin(models, inputs, batches=batches, trials=trials, device=device, warmup=warmup)
     result = {}
-    for key in order:
-        wall = [samples / seconds for seconds, _ in timings[key]]
-        cpu = [samples / max(cpu_seconds, 1e-9) for _, cpu_seconds in timings[key]]
-        chosen = cpu if clock == "process" else wall
-        result[key] = dict(samples_per_s=statistics.fmean(chosen), trials=chosen,
-                           wall_samples_per_s=statistics.fmean(wall), checkpoint=checkpoints[key])
+    for key, timed in timings.items():
+        measured = rates(timed, batch_size * batches, clock)
+        result[key] = dict(samples_per_s=measured["samples_per_s"], trials=measured["trials"],
+                           wall_samples_per_s=measured["wall_samples_per_s"], checkpoint=checkpoints[key])
     return result
 
 

@@ -38,6 +38,7 @@ from transformers import BertConfig, BertModel
 
 from ..configuration import MuxBertConfig, preset_kwargs
 from ..modeling_bert import MuxBertForSequenceClassification, MuxBertForTokenClassification
+from ..timing import CLOCKS, random_inputs, rates, round_robin, time_batches
 
 HEADS = ("sentence", "token")
 VARIANTS = ("default", "eager", "int8", "compile", "bfloat16", "float16")
@@ -159,40 +160,6 @@ def build_model(spec: ModelSpec, head: str, device: torch.device, dtype: torch.d
     return model
 
 
-def make_inputs(batch_size: int, seq_len: int, device: torch.device, vocab_size: int = 30522, seed: int = 0):
-    """A batch of random word-piece ids (a [CLS]-like first token, no padding) on ``device``."""
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1000, vocab_size, (batch_size, seq_len), generator=gen)
-    ids[:, 0] = 101
-    return {
-        "input_ids": ids.to(device),
-        "attention_mask": torch.ones_like(ids).to(device),
-        "token_type_ids": torch.zeros_like(ids).to(device),
-    }
-
-
-# --------------------------------------------------------------------------- timing
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-CLOCKS = ("wall", "process")
-
-
-def time_batches(model: nn.Module, inputs: dict, batches: int, device: torch.device) -> tuple[float, float]:
-    """Wall-clock and process CPU seconds to run ``batches`` forward passes (the device
-    drained before and after)."""
-    _sync(device)
-    start, start_cpu = time.perf_counter(), time.process_time()
-    for _ in range(batches):
-        model(**inputs)
-    _sync(device)
-    return time.perf_counter() - start, time.process_time() - start_cpu
-
-
 def speedup_target(num_instances: int, head: str) -> float | None:
     """The project's targets over the same-size N = 1 model (none for N = 1)."""
     n = num_instances
@@ -245,7 +212,7 @@ def run_throughput(
         batch_size=batch_size, seq_len=seq_len, warmup=warmup, trials=trials, batches=batches,
         device=str(device), dtype=dtype, clock=clock, seed=seed, heads=list(heads),
     )
-    inputs = make_inputs(batch_size, seq_len, device, seed=seed)
+    inputs = random_inputs(batch_size, seq_len, device, seed=seed)
     rows = []
     groups: dict[tuple[str, str], list[ModelSpec]] = {}
     for head in heads:
@@ -273,29 +240,19 @@ def _time_group(group, head, inputs, warmup, trials, batches, device, dtype, bat
                 raise
             errors[spec] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             log(f"   FAILED {spec.name}: {errors[spec]}")
-    elapsed: dict[ModelSpec, list[tuple[float, float]]] = {spec: [] for spec in models}
-    order = list(models)
-    with torch.inference_mode():
-        for trial in range(trials):
-            shift = trial % max(len(order), 1)
-            for spec in order[shift:] + order[:shift]:  # rotate who goes first
-                elapsed[spec].append(time_batches(models[spec], inputs, batches, device))
-            log(f"   trial {trial + 1}/{trials} done")
+    log(f"   timing {len(models)} models round robin, {trials} trials")
+    elapsed = round_robin(models, inputs, batches=batches, trials=trials, device=device, warmup=0)
     rows = []
     for spec in group:
         row = dict(asdict(spec), name=spec.name, head=head)
         if spec in errors:
             row["error"] = errors[spec]
         else:
-            samples = batch_size * batches
-            wall = [samples / seconds for seconds, _ in elapsed[spec]]
-            cpu = [samples / max(cpu_seconds, 1e-9) for _, cpu_seconds in elapsed[spec]]
-            chosen = wall if clock == "wall" else cpu
-            mean = sum(chosen) / len(chosen)
-            std = math.sqrt(sum((x - mean) ** 2 for x in chosen) / len(chosen))
+            measured = rates(elapsed[spec], batch_size * batches, clock)
             row.update(
-                throughput=mean, throughput_std=std, trial_throughputs=chosen,
-                wall_throughput=sum(wall) / len(wall), cpu_throughput=sum(cpu) / len(cpu),
+                throughput=measured["samples_per_s"], throughput_std=measured["std"],
+                trial_throughputs=measured["trials"], wall_throughput=measured["wall_samples_per_s"],
+                cpu_throughput=measured["cpu_samples_per_s"],
             )
         rows.append(row)
     del models

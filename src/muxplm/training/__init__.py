@@ -8,8 +8,10 @@ scores a fine-tuned model over several composition seeds.
 
 from .config import TrainConfig, build_config, load_config_file, resolve
 from .evaluate import evaluate_checkpoint, evaluate_model, measure_throughput, summarize
+from .inputs import load_task_features
 from .loop import TrainingDiverged
-from .stages import finetune, load_classifier, load_task_features, pretrain, run_stage
+from .models import load_classifier
+from .stages import finetune, pretrain, run_stage
 
 __all__ = [
     "TrainConfig",

@@ -72,8 +72,26 @@ def write_json_atomic(path: Path, payload: Any) -> None:
     os.replace(tmp, path)
 
 
+def sync_tree(root: Path) -> None:
+    """fsync every file under ``root`` and the folders themselves, so that a rename published
+    after it never points at data still in the page cache (a power cut would truncate it)."""
+    for path in sorted(root.rglob("*"), reverse=True) + [root]:
+        flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
+        try:
+            handle = os.open(path, flags)
+        except OSError:  # folders cannot be opened on some platforms
+            continue
+        try:
+            os.fsync(handle)
+        except OSError:
+            pass
+        finally:
+            os.close(handle)
+
+
 def publish(staging: Path, final: Path) -> None:
     """Move a finished staging folder to its final name (replacing an older copy)."""
+    sync_tree(staging)
     if final.exists():
         old = final.with_name(f".old-{final.name}")
         shutil.rmtree(old, ignore_errors=True)
@@ -82,6 +100,90 @@ def publish(staging: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(staging, final)
+
+
+# The final model sits at the top of the run folder, next to the checkpoints and logs, so that
+# ``--init RUN`` and ``from_pretrained(RUN)`` find it. It is replaced whole: a sibling folder is
+# filled with the new files plus hard links to the run's other entries and then swaps places
+# with the run folder (two renames; ``recover_run_folder`` completes a swap a crash cut short).
+FINAL_MANIFEST = "final_files.json"
+
+
+def _swap_names(output_dir: Path) -> tuple[Path, Path]:
+    return (output_dir.with_name(f".{output_dir.name}.final-new"),
+            output_dir.with_name(f".{output_dir.name}.final-old"))
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # a file system without hard links
+        shutil.copy2(source, target)
+
+
+def publish_final(output_dir: str | Path, write) -> None:
+    """Replace the final model in ``output_dir`` in one step: ``write(folder)`` writes the new
+    final files; the files an earlier final save left (its manifest) are dropped, every other
+    entry (checkpoints, logs) is carried over."""
+    output_dir = Path(output_dir)
+    recover_run_folder(output_dir)
+    new, old = _swap_names(output_dir)
+    shutil.rmtree(new, ignore_errors=True)
+    new.mkdir(parents=True)
+    write(new)
+    made = sorted(path.name for path in new.iterdir())
+    previous = set(_manifest(output_dir))
+    for entry in sorted(output_dir.iterdir()) if output_dir.is_dir() else []:
+        if entry.name in made or entry.name in previous or entry.name == FINAL_MANIFEST or entry.name.startswith((".tmp-", ".old-")):
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, new / entry.name, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, new / entry.name)
+    write_json_atomic(new / FINAL_MANIFEST, made)  # written last: the new folder is complete
+    sync_tree(new)
+    if output_dir.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(output_dir, old)
+    os.replace(new, output_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _manifest(folder: Path) -> list[str]:
+    try:
+        return list(json.loads((folder / FINAL_MANIFEST).read_text()))
+    except (OSError, ValueError):
+        return []
+
+
+def verify_final(output_dir: str | Path) -> str | None:
+    """Why the final model in ``output_dir`` is not whole (naming the file), or ``None``."""
+    output_dir = Path(output_dir)
+    names = _manifest(output_dir)
+    if not names:
+        return f"{output_dir} holds no final model ({FINAL_MANIFEST} missing or unreadable)"
+    try:
+        for name in names:
+            if not (output_dir / name).exists():
+                raise ValueError(f"{output_dir / name} is missing")
+            if name.endswith(".safetensors"):
+                _check_safetensors(output_dir / name)
+    except (OSError, ValueError) as error:
+        return str(error)
+    return None
+
+
+def recover_run_folder(output_dir: str | Path) -> None:
+    """Finish (or undo) a final-model swap that a crash interrupted, and clear its debris."""
+    output_dir = Path(output_dir)
+    new, old = _swap_names(output_dir)
+    if not output_dir.exists():
+        if (new / FINAL_MANIFEST).is_file():
+            os.replace(new, output_dir)  # the crash fell between the two renames
+        elif old.exists():
+            os.replace(old, output_dir)
+    shutil.rmtree(new, ignore_errors=True)  # a swap that never started
+    shutil.rmtree(old, ignore_errors=True)  # a swap whose clean-up never ran
 
 
 def best_checkpoint(output_dir: str | Path) -> Path | None:

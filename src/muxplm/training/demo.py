@@ -17,9 +17,11 @@ from typing import Any
 
 import torch
 
+from ..timing import random_inputs, rates, round_robin
 from .config import TrainConfig
-from .evaluate import evaluate_checkpoint, measure_throughput
-from .stages import load_classifier, run_stage
+from .evaluate import evaluate_checkpoint
+from .models import load_classifier
+from .stages import run_stage
 
 # Tiny-preset CPU recipe; the full demo needs <= 20 minutes on 2 cores, --quick about one.
 # Priming as in the tiny training recipe (unbinding demux, 32 groups a step of 32-token blocks,
@@ -123,20 +125,18 @@ def _brief(summary: dict[str, Any]) -> dict[str, Any]:
 
 def _throughput_side_by_side(checkpoints: list[str], batch_size: int, seq_length: int, num_batches: int,
                              trials: int) -> list[dict[str, Any]]:
-    """Inference samples/s of each model, trials interleaved so both see the same machine load."""
-    models = [load_classifier(path)[0].eval() for path in checkpoints]
-    rates: list[list[float]] = [[] for _ in models]
-    for trial in range(trials):
-        for index, model in enumerate(models):
-            measured = measure_throughput(model, batch_size=batch_size, seq_length=seq_length,
-                                          num_batches=num_batches, trials=1, warmup=2 if trial == 0 else 1)
-            rates[index].append(measured["samples_per_s"])
-    return [
-        {"checkpoint": path, "num_instances": model.config.num_instances,
-         "samples_per_s": sum(r) / len(r), "trials": r, "batch_size": batch_size, "seq_length": seq_length,
-         "threads": torch.get_num_threads()}
-        for path, model, r in zip(checkpoints, models, rates)
-    ]
+    """Inference samples/s of each model, timed round robin so all see the same machine load."""
+    models = {path: load_classifier(path)[0].eval() for path in checkpoints}
+    vocab = min(model.config.vocab_size for model in models.values())
+    inputs = random_inputs(batch_size, seq_length, "cpu", vocab_size=vocab)
+    timings = round_robin(models, inputs, batches=num_batches, trials=trials, device="cpu", warmup=2)
+    results = []
+    for path, model in models.items():
+        measured = rates(timings[path], batch_size * num_batches)
+        results.append({"checkpoint": path, "num_instances": model.config.num_instances,
+                        "samples_per_s": measured["samples_per_s"], "trials": measured["trials"],
+                        "batch_size": batch_size, "seq_length": seq_length, "threads": torch.get_num_threads()})
+    return results
 
 
 def _print_table(results: dict[str, Any]) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +18,30 @@ import torch
 from ..data import PaddingCollator, TaskSpec
 from ..devices import resolve_device
 from ..metrics import compute_task_metrics
+from ..timing import random_inputs, rates, round_robin
+from .inputs import load_task_features
+from .models import load_classifier
 
 
 def predict(model, features, collate, batch_size: int, composition_seed: int | None = None,
-            ensemble: bool = False) -> tuple[list, list]:
+            ensemble: bool = False, shard: tuple[int, int] = (0, 1)) -> tuple[list, list]:
     """Model outputs for every row of ``features`` (tokenized rows with ``labels``), in order.
 
     Sentence tasks: returns (logits rows, label values). Token tasks: (per-row predicted id
-    lists, per-row label lists), each trimmed to the row's length.
+    lists, per-row label lists), each trimmed to the row's length. ``shard=(rank, world)``:
+    this process scores every world-th batch and every process gets all outputs back; the
+    composition of a batch depends on its index only, so the outputs do not depend on the
+    number of processes.
     """
+    rank, world = shard
     device = next(model.parameters()).device
-    outputs, golds = [], []
+    mine: list[tuple[int, list, list]] = []
     model.eval()
     with torch.inference_mode():
         for index, start in enumerate(range(0, len(features), batch_size)):
+            if index % world != rank:
+                continue
+            outputs, golds = [], []
             rows = [features[i] for i in range(start, min(start + batch_size, len(features)))]
             batch = {key: value.to(device) for key, value in collate(rows).items()}
             labels = batch.pop("labels")
@@ -47,7 +56,13 @@ def predict(model, features, collate, batch_size: int, composition_seed: int | N
             else:
                 outputs.extend(logits)
                 golds.extend(labels.cpu().tolist())
-    return outputs, golds
+            mine.append((index, outputs, golds))
+    if world > 1:
+        from accelerate.utils import gather_object
+
+        mine = gather_object(mine)
+    ordered = sorted(mine, key=lambda part: part[0])
+    return [o for _, part, _ in ordered for o in part], [g for _, _, part in ordered for g in part]
 
 
 def score(spec: TaskSpec, outputs: list, golds: list) -> dict[str, float]:
@@ -59,10 +74,12 @@ def score(spec: TaskSpec, outputs: list, golds: list) -> dict[str, float]:
 
 
 def evaluate_model(model, spec: TaskSpec, features, tokenizer, batch_size: int = 64,
-                   composition_seed: int | None = 0, ensemble: bool = False) -> dict[str, float]:
-    """Metrics of ``model`` on tokenized ``features`` for one composition seed."""
+                   composition_seed: int | None = 0, ensemble: bool = False,
+                   shard: tuple[int, int] = (0, 1)) -> dict[str, float]:
+    """Metrics of ``model`` on tokenized ``features`` for one composition seed (sharded over
+    processes with ``shard=(rank, world)``; every process gets the metrics)."""
     collate = PaddingCollator(tokenizer)
-    return score(spec, *predict(model, features, collate, batch_size, composition_seed, ensemble))
+    return score(spec, *predict(model, features, collate, batch_size, composition_seed, ensemble, shard))
 
 
 def predicted_labels(spec: TaskSpec, outputs: list, golds: list) -> list:
@@ -124,8 +141,6 @@ def evaluate_checkpoint(
     Raises ``ValueError`` when the checkpoint is not a classifier for this kind of task, or
     its labels do not match the task's.
     """
-    from .stages import load_classifier, load_task_features
-
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     model, tokenizer = load_classifier(checkpoint)
@@ -209,29 +224,13 @@ def results_table(result: dict[str, Any], title: str | None = None):
 @torch.inference_mode()
 def measure_throughput(model, batch_size: int = 128, seq_length: int = 128, num_batches: int = 20,
                        trials: int = 3, warmup: int = 3, seed: int = 0) -> dict[str, float]:
-    """Inference samples/s: random full-length inputs already on the model's device, warm-up
-    batches first, the mean (and spread) of ``trials`` timings of ``num_batches`` batches."""
+    """Inference samples/s (wall clock): random full-length inputs already on the model's
+    device, warm-up batches first, the mean (and spread) of ``trials`` timings of
+    ``num_batches`` batches (:mod:`muxplm.timing`)."""
     device = next(model.parameters()).device
     model.eval()
-    generator = torch.Generator().manual_seed(seed)
-    vocab = model.config.vocab_size
-    ids = torch.randint(1000 if vocab > 2000 else 1, vocab, (batch_size, seq_length), generator=generator).to(device)
-    mask = torch.ones_like(ids)
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for _ in range(warmup):
-        model(input_ids=ids, attention_mask=mask)
-    sync()
-    rates = []
-    for _ in range(trials):
-        start = time.perf_counter()
-        for _ in range(num_batches):
-            model(input_ids=ids, attention_mask=mask)
-        sync()
-        rates.append(batch_size * num_batches / (time.perf_counter() - start))
-    return {"samples_per_s": statistics.fmean(rates), "std": statistics.stdev(rates) if trials > 1 else 0.0,
-            "batch_size": batch_size, "seq_length": seq_length, "num_batches": num_batches, "trials": trials}
-
+    inputs = random_inputs(batch_size, seq_length, device, vocab_size=model.config.vocab_size, seed=seed)
+    timed = round_robin({"model": model}, inputs, batches=num_batches, trials=trials, device=device, warmup=warmup)
+    measured = rates(timed["model"], batch_size * num_batches)
+    return {"samples_per_s": measured["samples_per_s"], "std": measured["std"], "batch_size": batch_size,
+            "seq_length": seq_length, "num_batches": num_batches, "trials": trials}

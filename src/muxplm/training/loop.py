@@ -43,10 +43,22 @@ def make_accelerator(config: TrainConfig) -> Accelerator:
             precision = "no"
     if precision == "fp16" and not torch.cuda.is_available():
         raise ValueError("--mixed-precision fp16 needs a CUDA GPU; on the CPU use bf16 or no")
+    return Accelerator(mixed_precision=precision, cpu=_multi_cpu())
+
+
+def _multi_cpu() -> bool:
     # Without a GPU, several processes (torchrun / accelerate launch) must use the CPU (gloo)
     # backend, which Accelerate only picks when told so.
-    multi_cpu = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
-    return Accelerator(mixed_precision=precision, cpu=multi_cpu)
+    return not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def process_state():
+    """Accelerate's process state, set up as :func:`make_accelerator` will (the first set-up of
+    the shared state decides the backend: a plain ``PartialState()`` would leave CPU processes
+    ungrouped, each believing it is the main one)."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=_multi_cpu())
 
 
 class ShardedBatches:
@@ -153,12 +165,16 @@ class TrainingRun:
     tokenizer: Any
     train_set: Any  # indexable tokenized rows
     collate: Callable[[list[dict]], dict[str, torch.Tensor]]
-    evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None
+    # (model, (rank, world)) -> metrics of the whole evaluation set, the same on every process
+    evaluate: Callable[[torch.nn.Module, tuple[int, int]], dict[str, float]] | None = None
     resume_from: Path | None = None
     summary: dict[str, Any] | None = None  # extra facts for trainer_state / results
     # (model, batch) -> model output with .loss; default model(**batch) (distillation replaces it)
     loss_fn: Callable[[torch.nn.Module, dict[str, torch.Tensor]], Any] | None = None
     best_metric: tuple[str, bool] | None = None  # (evaluation key, greater is better) that ranks checkpoints
+
+
+_NON_FINITE = {1: "nan", 2: "inf", 3: "-inf"}
 
 
 def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -242,10 +258,25 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     last_eval: dict[str, float] | None = None
     last_eval_step: int | None = None
     first_batch_ids = None
-    window_loss, window_acc, window_sim, window_steps = 0.0, 0.0, 0.0, 0
+    # Step statistics stay on the device until a logging, evaluation or save step reads them:
+    # a per-step .item() would make a GPU wait for Python every step.
+    window = torch.zeros(3, device=accelerator.device)  # sums of loss, accuracy, similarity
+    shown = {"accuracy": False, "similarity": False}
+    window_steps, grad_norm = 0, None
+    first_bad = torch.zeros(2, device=accelerator.device)  # (step, kind) of the first non-finite loss
     window_start = time.perf_counter()
     train_start, start_step = time.perf_counter(), step
     losses: list[float] = []
+
+    def stop_if_diverged() -> None:
+        """Raise on a non-finite loss seen since the last check (every rank together)."""
+        bad = accelerator.reduce(first_bad, "max") if world > 1 else first_bad
+        if bad[0].item() > 0:
+            raise TrainingDiverged(
+                f"loss became {_NON_FINITE[int(bad[1].item())]} at step {int(bad[0].item())} (lr {scheduler.get_last_lr()[0]:.3g}); "
+                f"stopped without saving. Last good checkpoint: "
+                f"{ckpt.latest_checkpoint(output_dir) or 'none'}. Try a lower --lr or more warm-up."
+            )
 
     def score_at(at_step: int) -> dict[str, Any] | None:
         """The ranking score of a checkpoint: only an evaluation of these very weights counts."""
@@ -257,6 +288,7 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
         return {"metric": name, "value": last_eval[name], "greater_is_better": greater_is_better}
 
     def save(at_step: int) -> Path:
+        stop_if_diverged()  # never a checkpoint of weights a non-finite loss has touched
         staging = ckpt.staging_dir(output_dir, at_step)
         final = output_dir / f"checkpoint-{at_step}"
         if main:
@@ -286,15 +318,16 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     def run_eval(at_step: int) -> dict[str, float] | None:
         if run.evaluate is None:
             return None
-        metrics = None
+        stop_if_diverged()
+        # Every process scores its share of the batches (the unwrapped model: no gradient hooks);
+        # the evaluator gathers, so every process returns the same metrics.
+        unwrapped = accelerator.unwrap_model(model)
+        with _rng_preserved():
+            unwrapped.eval()
+            metrics = run.evaluate(unwrapped, (rank, world))
+            unwrapped.train()
         if main:
-            unwrapped = accelerator.unwrap_model(model)
-            with _rng_preserved():
-                unwrapped.eval()
-                metrics = run.evaluate(unwrapped)
-                unwrapped.train()
             log.write({"kind": "eval", "step": at_step, **metrics})
-        accelerator.wait_for_everyone()
         return metrics
 
     progress = None
@@ -317,28 +350,24 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
                 with sync:
                     output = run.loss_fn(model, batch) if run.loss_fn is not None else model(**batch)
                     loss = output.loss
-                    bad = (~torch.isfinite(loss.detach())).float().reshape(1)
-                    if world > 1:
-                        bad = accelerator.reduce(bad, "sum")
-                    if bad.item() > 0:
-                        raise TrainingDiverged(
-                            f"loss became {loss.item()} at step {step + 1} (lr {scheduler.get_last_lr()[0]:.3g}); "
-                            f"stopped without saving. Last good checkpoint: "
-                            f"{ckpt.latest_checkpoint(output_dir) or 'none'}. Try a lower --lr or more warm-up."
-                        )
                     accelerator.backward(loss / accumulation)
-                window_loss += loss.item() / accumulation
+                value = loss.detach().float()
+                newly_bad = (first_bad[0] == 0) & ~torch.isfinite(value)
+                kind = torch.where(value.isnan(), 1.0, torch.where(value > 0, 2.0, 3.0))  # a code: NaN never reduces
+                first_bad = torch.where(newly_bad, torch.stack([torch.full_like(value, step + 1), kind]), first_bad)
+                window[0] += value / accumulation
                 accuracy = getattr(output, "accuracy", None)
                 if accuracy is None:
                     accuracy = getattr(output, "retrieval_accuracy", None)
                 if accuracy is not None:
-                    window_acc += float(accuracy) / accumulation
+                    window[1] += torch.as_tensor(accuracy, device=window.device).detach().float() / accumulation
+                    shown["accuracy"] = True
                 similarity = getattr(output, "similarity", None)
                 if similarity is not None:
-                    window_sim += float(similarity) / accumulation
-            grad_norm = None
+                    window[2] += torch.as_tensor(similarity, device=window.device).detach().float() / accumulation
+                    shown["similarity"] = True
             if config.max_grad_norm:
-                grad_norm = float(accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+                grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -346,27 +375,29 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
             window_steps += 1
 
             if step % config.logging_steps == 0 or step == total_steps:
-                stats = torch.tensor([window_loss / window_steps, window_acc / window_steps, window_sim / window_steps],
-                                     device=accelerator.device)
+                stop_if_diverged()
+                stats = window / window_steps
                 if world > 1:
                     stats = accelerator.reduce(stats, "mean")
+                stats = stats.tolist()  # the one host sync of a logging step
                 elapsed = time.perf_counter() - window_start
                 record = {
                     "kind": "train", "step": step,
                     "epoch": round(micro_step / sampler.batches_per_epoch, 4),
-                    "loss": float(stats[0]), "lr": scheduler.get_last_lr()[0],
+                    "loss": stats[0], "lr": scheduler.get_last_lr()[0],
                     "samples_per_s": window_steps * samples_per_step / max(elapsed, 1e-9),
-                    "grad_norm": grad_norm,
+                    "grad_norm": None if grad_norm is None else float(grad_norm),
                 }
-                if window_acc:
-                    record["accuracy"] = float(stats[1])
-                if window_sim:
-                    record["similarity"] = float(stats[2])
+                if shown["accuracy"]:
+                    record["accuracy"] = stats[1]
+                if shown["similarity"]:
+                    record["similarity"] = stats[2]
                 losses.append(record["loss"])
                 log.write(record)
                 if progress is not None:
                     progress.set_postfix(loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}")
-                window_loss, window_acc, window_sim, window_steps = 0.0, 0.0, 0.0, 0
+                window.zero_()
+                window_steps = 0
                 window_start = time.perf_counter()
             if progress is not None:
                 progress.update(1)
@@ -404,8 +435,7 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
             summary["eval"] = best_state["last_eval"]
             summary["loaded_best"] = True
     if main:
-        _save_final(unwrapped, run.tokenizer, output_dir)
-        ckpt.write_json_atomic(output_dir / "train_results.json", summary)
+        _save_final(unwrapped, run.tokenizer, output_dir, summary)
     accelerator.wait_for_everyone()
     return summary
 
@@ -440,16 +470,13 @@ def _gather_lists(accelerator: Accelerator, ids: list[int]) -> list[list[int]]:
     return gathered.tolist()
 
 
-def _save_final(model, tokenizer, output_dir: Path) -> None:
-    """The final model + tokenizer at the top of ``output_dir`` (what ``--init`` of the next
-    stage points at), staged and moved file by file so a crash leaves the old files intact."""
-    staging = output_dir / ".tmp-final"
-    shutil.rmtree(staging, ignore_errors=True)
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    for item in staging.iterdir():
-        target = output_dir / item.name
-        if target.is_dir():
-            shutil.rmtree(target)
-        item.replace(target)
-    staging.rmdir()
+def _save_final(model, tokenizer, output_dir: Path, summary: dict[str, Any]) -> None:
+    """The final model, tokenizer and ``train_results.json`` at the top of ``output_dir`` (what
+    ``--init`` of the next stage points at), replacing the previous ones whole or not at all."""
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        ckpt.write_json_atomic(folder / "train_results.json", summary)
+
+    ckpt.publish_final(output_dir, write)

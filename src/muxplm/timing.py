@@ -1,0 +1,81 @@
+"""Inference timing, the one timer behind the throughput benchmark, the reproduction, the demo
+and ``measure_throughput``.
+
+Models compared with each other are timed *round robin* on the same input batch: trial t of
+every model before trial t + 1 of any, the first model rotating, so that a change of machine
+load during the run falls on all of them alike. Every timing records both clocks: wall seconds
+(the paper's measure) and this process's CPU seconds, which other processes on a shared CPU
+machine disturb far less.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Hashable
+
+import torch
+
+CLOCKS = ("wall", "process")
+
+
+def sync(device: torch.device | str) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously to the host)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def random_inputs(batch_size: int, seq_len: int, device: torch.device | str, vocab_size: int = 30522,
+                  seed: int = 0) -> dict[str, torch.Tensor]:
+    """A batch of random word-piece ids (a ``[CLS]``-like first token, no padding) on ``device``."""
+    generator = torch.Generator().manual_seed(seed)
+    low = 1000 if vocab_size > 2000 else 1  # above the special and unused ids of a BERT vocabulary
+    ids = torch.randint(low, vocab_size, (batch_size, seq_len), generator=generator)
+    ids[:, 0] = min(101, vocab_size - 1)
+    return {
+        "input_ids": ids.to(device),
+        "attention_mask": torch.ones_like(ids).to(device),
+        "token_type_ids": torch.zeros_like(ids).to(device),
+    }
+
+
+def time_batches(model: torch.nn.Module, inputs: dict, batches: int, device: torch.device | str) -> tuple[float, float]:
+    """Wall-clock and process CPU seconds to run ``batches`` forward passes (the device
+    drained before and after)."""
+    sync(device)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    for _ in range(batches):
+        model(**inputs)
+    sync(device)
+    return time.perf_counter() - start, time.process_time() - start_cpu
+
+
+def round_robin(models: dict[Hashable, torch.nn.Module], inputs: dict, *, batches: int, trials: int,
+                device: torch.device | str, warmup: int = 1) -> dict[Hashable, list[tuple[float, float]]]:
+    """``(wall, cpu)`` seconds of ``trials`` timings of ``batches`` batches for every model,
+    after ``warmup`` untimed batches each, in inference mode."""
+    order = list(models)
+    timings: dict[Hashable, list[tuple[float, float]]] = {key: [] for key in order}
+    with torch.inference_mode():
+        for key in order:
+            if warmup:
+                time_batches(models[key], inputs, warmup, device)
+        for trial in range(trials):
+            shift = trial % max(len(order), 1)
+            for key in order[shift:] + order[:shift]:
+                timings[key].append(time_batches(models[key], inputs, batches, device))
+    return timings
+
+
+def rates(timings: list[tuple[float, float]], samples: int, clock: str = "wall") -> dict[str, Any]:
+    """Samples/s of each trial on ``clock``, their mean and (population) spread, and both clocks' means."""
+    if clock not in CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}; choose from {', '.join(CLOCKS)}")
+    wall = [samples / max(seconds, 1e-9) for seconds, _ in timings]
+    cpu = [samples / max(cpu_seconds, 1e-9) for _, cpu_seconds in timings]
+    chosen = wall if clock == "wall" else cpu
+    return {
+        "samples_per_s": statistics.fmean(chosen), "std": statistics.pstdev(chosen), "trials": chosen,
+        "wall_samples_per_s": statistics.fmean(wall), "cpu_samples_per_s": statistics.fmean(cpu),
+    }

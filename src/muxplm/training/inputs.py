@@ -1,0 +1,167 @@
+"""Data for the training stages: a task's tokenized splits (built-in, hub or local files), the
+pre-training blocks with their held-out slice, and the collator and evaluator of each
+pre-training stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..data import (
+    MLMCollator,
+    PaddingCollator,
+    ReplacedTokenCollator,
+    TaskSpec,
+    get_task,
+    load_local_sentence_task,
+    load_local_token_task,
+    load_pretraining_corpus,
+    load_text_files,
+    tokenize_pretraining,
+    tokenize_sentence_task,
+    tokenize_token_task,
+)
+from .config import TrainConfig
+
+TOKEN_FILE_SUFFIXES = (".conll", ".conllu", ".bio", ".iob", ".iob2", ".txt")
+PRETRAIN_EVAL_BLOCKS = 256
+
+
+
+def _subset(dataset, limit: int | None, seed: int = 0):
+    """A fixed random subset of ``limit`` rows (all rows when ``limit`` is None or larger)."""
+    if limit is None or limit >= len(dataset):
+        return dataset
+    return dataset.shuffle(seed=seed).select(range(limit))
+
+
+def load_task_features(
+    tokenizer,
+    *,
+    task: str | None = None,
+    train_file: list[str] | str | None = None,
+    validation_file: str | None = None,
+    task_kind: str | None = None,
+    label_names: list[str] | None = None,
+    max_length: int = 128,
+    cache_dir: str | None = None,
+    splits: tuple[str, ...] = ("train", "validation"),
+    max_examples: dict[str, int | None] | None = None,
+    seed: int = 0,
+) -> tuple[TaskSpec, dict[str, Any]]:
+    """Load a task (built-in, hub or local files) and tokenize the requested splits.
+
+    Returns ``(spec, {split: tokenized dataset})``; sentence rows get ``labels`` per example,
+    token rows a label on the first sub-word of every word.
+    """
+    if isinstance(train_file, str):
+        train_file = [train_file]
+    files = list(train_file or [])
+    if files or validation_file:
+        first = files[0] if files else validation_file
+        kind = task_kind or ("token" if Path(first).suffix.lower() in TOKEN_FILE_SUFFIXES else "sentence")
+        if len(files) > 1:
+            raise ValueError("fine-tuning takes one --train-file (give the validation data with --validation-file)")
+        # Evaluation may give only the validation file: it then also defines the label set check.
+        primary = files[0] if files else validation_file
+        if kind == "token":
+            spec, data = load_local_token_task(primary, validation_file, label_names=label_names, name=task, seed=seed)
+        else:
+            regression = True if label_names is not None and label_names == ["LABEL_0"] else None
+            names = None if regression else label_names
+            spec, data = load_local_sentence_task(primary, validation_file, label_names=names,
+                                                  is_regression=regression, name=task, seed=seed)
+    elif task:
+        spec, data = get_task(task, cache_dir=cache_dir)
+    else:
+        raise ValueError("give a task name (--task) or data files (--train-file / --validation-file)")
+    features = {}
+    limits = max_examples or {}
+    for split in splits:
+        if split not in data:
+            raise ValueError(f"task {spec.name!r} has no {split!r} split (it has {', '.join(data)})")
+        rows = _subset(data[split], limits.get(split), seed=seed)
+        if len(rows) == 0:
+            raise ValueError(f"the {split} split of task {spec.name!r} is empty")
+        tokenize = tokenize_token_task if spec.kind == "token" else tokenize_sentence_task
+        features[split] = tokenize(rows, tokenizer, max_length=max_length)
+    return spec, features
+
+
+def pretraining_blocks(config: TrainConfig, tokenizer):
+    if config.train_file:
+        texts = load_text_files(config.train_file)
+    else:
+        texts = load_pretraining_corpus(cache_dir=config.cache_dir, max_words=config.corpus_max_words,
+                                        sources=config.corpus_sources)
+    texts = texts.select_columns(["text"])
+    blocks = tokenize_pretraining(texts, tokenizer, max_length=config.max_length)
+    if len(blocks) == 0:
+        raise ValueError("the pre-training text gave no token blocks")
+    # A fixed held-out slice for evaluation (not when the corpus is tiny).
+    held_out = min(PRETRAIN_EVAL_BLOCKS, len(blocks) // 20)
+    if held_out == 0:
+        return blocks, None
+    split = blocks.train_test_split(test_size=held_out, seed=0, shuffle=True)
+    return split["train"], split["test"]
+
+
+class _DropColumns:
+    """Padding collator that drops columns the model does not take."""
+
+    def __init__(self, tokenizer, drop=("special_tokens_mask",)):
+        self.pad = PaddingCollator(tokenizer)
+        self.drop = drop
+
+    def __call__(self, rows):
+        return self.pad([{k: v for k, v in row.items() if k not in self.drop} for row in rows])
+
+
+def pretraining_collator(stage: str, tokenizer, model, config: TrainConfig, seed: int):
+    if stage == "retrieval":
+        return _DropColumns(tokenizer)
+    if stage == "mlm":
+        return MLMCollator(tokenizer, mlm_probability=config.mlm_probability, seed=seed)
+    return ReplacedTokenCollator(tokenizer, replace_probability=model.config.replace_probability, seed=seed)
+
+
+def pretraining_evaluator(stage, tokenizer, model, config, blocks):
+    """Held-out loss and accuracy (retrieval accuracy, masked-token accuracy, or replaced-token
+    detection accuracy), with a fixed corruption so steps are comparable. ``shard=(rank, world)``
+    scores every world-th batch and sums over the processes: the same figures for any world
+    size, since each batch's corruption is seeded by its index."""
+
+    def evaluate(model, shard: tuple[int, int] = (0, 1)) -> dict[str, float]:
+        rank, world = shard
+        collate = pretraining_collator(stage, tokenizer, model, config, seed=0)
+        device = next(model.parameters()).device
+        totals = torch.zeros(4, dtype=torch.float64, device=device)  # loss sum, batches, hits, counted
+        with torch.inference_mode():
+            for index, start in enumerate(range(0, len(blocks), config.eval_batch_size)):
+                if index % world != rank:
+                    continue
+                torch.manual_seed(index)  # retrieval samples its targets from the global RNG (the loop restores it)
+                if isinstance(getattr(collate, "generator", None), torch.Generator):
+                    collate.generator.manual_seed(index)
+                rows = [blocks[i] for i in range(start, min(start + config.eval_batch_size, len(blocks)))]
+                batch = {k: v.to(device) for k, v in collate(rows).items()}
+                output = model(**batch)
+                if stage == "retrieval":
+                    hits, count = (output.logits.argmax(-1) == output.labels), output.labels.numel()
+                elif stage == "mlm":
+                    targets = batch["labels"][batch["labels"] != -100]
+                    hits, count = (output.logits.argmax(-1) == targets), targets.numel()
+                else:
+                    keep = batch["labels"] != -100
+                    hits = (output.logits[keep] > 0).long() == batch["labels"][keep]
+                    count = keep.sum()
+                totals += torch.stack([output.loss.double(), torch.ones((), dtype=torch.float64, device=device),
+                                       hits.sum().double(), torch.as_tensor(count, device=device).double()])
+        if world > 1:
+            torch.distributed.all_reduce(totals)
+        loss_sum, batches, correct, counted = totals.tolist()
+        return {"loss": loss_sum / max(batches, 1), "accuracy": correct / max(counted, 1)}
+
+    return evaluate

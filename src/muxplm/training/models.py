@@ -1,0 +1,192 @@
+"""Models for the training stages: the MUX class for each family and head, building one from a
+preset, a MUX checkpoint or a plain encoder (warm start), and loading a fine-tuned classifier."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..configuration import SIZE_PRESETS, MuxBertConfig, MuxElectraConfig
+from ..data import load_tokenizer
+from ..modeling_bert import (
+    MuxBertForMaskedLM,
+    MuxBertForRetrieval,
+    MuxBertForSequenceClassification,
+    MuxBertForTokenClassification,
+)
+from ..modeling_electra import (
+    MuxElectraForPreTraining,
+    MuxElectraForRetrieval,
+    MuxElectraForSequenceClassification,
+    MuxElectraForTokenClassification,
+)
+from .config import TrainConfig
+
+CONFIG_CLASSES = {"bert": MuxBertConfig, "electra": MuxElectraConfig}
+FAMILY_OF_MODEL_TYPE = {"mux_bert": "bert", "mux_electra": "electra", "bert": "bert", "electra": "electra"}
+# (family, head) -> model class; head = the stage for pre-training, the task kind for fine-tuning.
+MODEL_CLASSES = {
+    ("bert", "retrieval"): MuxBertForRetrieval,
+    ("bert", "mlm"): MuxBertForMaskedLM,
+    ("bert", "sentence"): MuxBertForSequenceClassification,
+    ("bert", "token"): MuxBertForTokenClassification,
+    ("electra", "retrieval"): MuxElectraForRetrieval,
+    ("electra", "electra"): MuxElectraForPreTraining,
+    ("electra", "sentence"): MuxElectraForSequenceClassification,
+    ("electra", "token"): MuxElectraForTokenClassification,
+}
+DEFAULT_NEW_DEMUX = "unbind"
+
+logger = logging.getLogger(__name__)
+
+
+
+def read_model_config(path: str | Path) -> dict[str, Any]:
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
+    try:
+        return json.loads(config_file.read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{config_file} is not valid JSON: {error}") from None
+
+
+def tokenizer_for(config: TrainConfig, model_dir: str | Path | None):
+    """``--tokenizer`` if given, else the tokenizer saved with the model, else the default."""
+    if config.tokenizer:
+        return load_tokenizer(config.tokenizer)
+    if model_dir is not None and any((Path(model_dir) / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
+        return load_tokenizer(model_dir)
+    return load_tokenizer()
+
+
+def load_classifier(checkpoint: str | Path):
+    """A fine-tuned sequence/token classifier and its tokenizer from a checkpoint directory.
+    Raises ``ValueError`` for a checkpoint without a classification head (e.g. an MLM one)."""
+    saved = read_model_config(checkpoint)
+    if saved.get("model_type") not in ("mux_bert", "mux_electra"):
+        raise ValueError(f"{checkpoint} holds a {saved.get('model_type')!r} model, not a MUX model")
+    architectures = saved.get("architectures") or []
+    kind = next((k for k, marker in (("sentence", "ForSequenceClassification"), ("token", "ForTokenClassification"))
+                 if any(marker in a for a in architectures)), None)
+    if kind is None:
+        found = ", ".join(architectures) or "unknown"
+        raise ValueError(
+            f"{checkpoint} is not a fine-tuned classifier (it holds {found}); evaluate needs the output of "
+            f"`muxplm finetune`"
+        )
+    family = FAMILY_OF_MODEL_TYPE[saved["model_type"]]
+    model = MODEL_CLASSES[(family, kind)].from_pretrained(checkpoint)
+    return model, load_tokenizer(checkpoint)
+
+
+def size_of(model_config) -> str | None:
+    """The preset a model config matches, for picking default hyper-parameters; small models
+    that match none get the CPU (``tiny``) recipe."""
+    for name, sizes in SIZE_PRESETS.items():
+        if all(getattr(model_config, key, None) == value for key, value in sizes.items()):
+            return name
+    return "tiny" if getattr(model_config, "hidden_size", 0) <= 256 else None
+
+
+
+def _family(config: TrainConfig, saved: dict[str, Any] | None) -> str:
+    if saved is not None:
+        family = FAMILY_OF_MODEL_TYPE.get(saved.get("model_type"))
+        if family is None:
+            raise ValueError(f"cannot start from a {saved.get('model_type')!r} checkpoint; need a MUX-BERT/ELECTRA one")
+        if config.family and config.family != family:
+            raise ValueError(f"--family {config.family} disagrees with the {family} checkpoint given")
+        return family
+    return config.family or ("electra" if config.stage == "electra" else "bert")
+
+
+def _mux_settings(config: TrainConfig) -> dict[str, Any]:
+    """The multiplexing fields given by the user. N = 1 defaults to the plain identity model; a
+    new MUX model (N > 1, fresh or warm-started) to the unbinding demultiplexer, which primes
+    in hundreds of steps where the paper's RSA demultiplexer needs thousands."""
+    settings = {}
+    if config.num_instances is not None:
+        settings["num_instances"] = config.num_instances
+    mux, demux = config.mux_type, config.demux_type
+    if config.num_instances == 1 or mux == "identity":
+        mux, demux = mux or "identity", demux or "identity"
+    elif (config.preset or config.init_encoder) and not config.init:
+        demux = demux or DEFAULT_NEW_DEMUX
+    if mux is not None:
+        settings["mux_type"] = mux
+    if demux is not None:
+        settings["demux_type"] = demux
+    return settings
+
+
+def _config_overrides(config: TrainConfig, labels: dict[str, Any]) -> dict[str, Any]:
+    overrides = dict(config.model_overrides)
+    if config.dropout is not None:
+        overrides.update(hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout)
+    for field in ("retrieval_loss_weight", "retrieval_softmax", "sentence_pooling", "num_unmuxed_layers",
+                  "mux_key_norm"):
+        if getattr(config, field) is not None:
+            overrides[field] = getattr(config, field)
+    overrides.update(labels)
+    return overrides
+
+
+def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any], resume_from: Path | None):
+    """The model for a run: from the resume checkpoint, ``init``, ``init_encoder`` or a preset."""
+    source = resume_from or config.init
+    saved = read_model_config(source) if source else None
+    if config.init_encoder:
+        saved_plain = read_model_config(config.init_encoder)
+        family = FAMILY_OF_MODEL_TYPE.get(saved_plain.get("model_type"))
+        if family is None or saved_plain.get("model_type", "").startswith("mux_"):
+            raise ValueError(
+                f"--init-encoder needs a plain BERT or ELECTRA checkpoint; {config.init_encoder} holds "
+                f"{saved_plain.get('model_type')!r} (use --init for MUX checkpoints)"
+            )
+    else:
+        family = _family(config, saved)
+    key = (family, head)
+    if key not in MODEL_CLASSES:
+        raise ValueError(f"stage {config.stage!r} does not apply to a MUX-{family.upper()} model"
+                         + (" (MUX-BERT pre-trains with --stage mlm, MUX-ELECTRA with --stage electra)"
+                            if head in ("mlm", "electra") else ""))
+    model_class = MODEL_CLASSES[key]
+    overrides = _config_overrides(config, labels)
+    mux = _mux_settings(config)
+    classifier = head in ("sentence", "token")
+    if resume_from is not None:
+        model = model_class.from_pretrained(resume_from)
+    elif config.init:
+        if config.model_overrides:
+            raise ValueError("--model-overrides only applies to a fresh --preset model")
+        model = model_class.from_pretrained(config.init, **mux, **overrides, ignore_mismatched_sizes=classifier)
+        _say_if_head_restarts(saved, model, config.init)
+    elif config.init_encoder:
+        mux.setdefault("num_instances", 2)
+        model = model_class.from_encoder(config.init_encoder, **mux, **overrides)
+    elif config.preset:
+        model_config = CONFIG_CLASSES[family].from_preset(
+            config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **mux, **overrides
+        )
+        model = model_class(model_config)
+    else:
+        raise ValueError("choose the model: --preset tiny|small|base|large, --init CHECKPOINT_DIR or "
+                         "--init-encoder PLAIN_BERT_DIR")
+    if len(tokenizer) > model.config.vocab_size:
+        raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary holds only "
+                         f"{model.config.vocab_size}")
+    return model
+
+
+
+def _say_if_head_restarts(saved: dict[str, Any], model, init: str) -> None:
+    """Transformers' own notice is silenced (``_quiet_libraries``): a classifier whose trained
+    head does not fit the new task, and so starts from scratch, is announced here."""
+    wanted = type(model).__name__
+    previous = len(saved.get("id2label") or {})
+    if wanted in (saved.get("architectures") or []) and previous != model.config.num_labels:
+        logger.warning("%s holds a %s head for %d labels; this task has %d, so the classifier head starts from "
+                       "scratch (the encoder is kept)", init, wanted, previous, model.config.num_labels)
