@@ -240,3 +240,15 @@ def test_a_classifier_head_that_must_restart_is_announced(finetuned, tmp_path, c
         run_stage(TrainConfig(stage="finetune", task="trec", output_dir=str(tmp_path / "trec"), init=str(finetuned),
                               max_steps=1, max_train_examples=16, max_eval_examples=8, **settings))
     assert any("head for 2 labels; this task has 6" in record.getMessage() for record in caplog.records)
+
+
+def test_worker_processes_collate_the_same_batches(tmp_path):
+    """Batches come through a DataLoader; with worker processes collating ahead, the examples,
+    the MLM masking and so every loss are the same as without."""
+    losses = {}
+    for workers in (0, 2):
+        out = tmp_path / f"workers-{workers}"
+        run_stage(TrainConfig(stage="mlm", output_dir=str(out), num_instances=2, max_steps=4, save_steps=4,
+                              eval_steps=100, dataloader_workers=workers, **MICRO))
+        losses[workers] = [record["loss"] for record in read_log(out)]
+    assert len(losses[0]) == 4 and losses[2] == losses[0]

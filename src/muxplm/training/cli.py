@@ -125,6 +125,8 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     optim.add_argument("--max-length", type=int, help="sequence length in tokens")
     optim.add_argument("--seed", type=int)
     optim.add_argument("--mixed-precision", choices=MIXED_PRECISION)
+    optim.add_argument("--dataloader-workers", type=int,
+                       help="processes that collate batches ahead of the step (default: 2 on a GPU, 0 on a CPU)")
     run = parser.add_argument_group("run")
     run.add_argument("--eval-steps", type=int)
     run.add_argument("--save-steps", type=int)

@@ -81,6 +81,7 @@ class TrainConfig:
     max_length: int | None = None
     seed: int = 42
     mixed_precision: str = "no"
+    dataloader_workers: int | None = None  # processes collating batches ahead (None: 2 on a GPU, 0 on a CPU)
     # bookkeeping
     eval_steps: int | None = None
     save_steps: int | None = None
@@ -192,6 +193,8 @@ def validate(config: TrainConfig) -> None:
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
+    if config.dataloader_workers is not None and config.dataloader_workers < 0:
+        raise ValueError(f"dataloader_workers must be >= 0, got {config.dataloader_workers}")
     if config.num_epochs is not None and config.num_epochs <= 0:
         raise ValueError(f"num_epochs must be positive, got {config.num_epochs}")
     if config.warmup_ratio is not None and not 0 <= config.warmup_ratio <= 1:

@@ -88,6 +88,40 @@ class ShardedBatches:
         return self._perm[(start + torch.arange(self.batch_size)) % self.num_examples].tolist()
 
 
+class MicroBatches(torch.utils.data.Dataset):
+    """Item ``m`` is this rank's collated micro-batch ``m`` (with its example ids): the examples
+    and the collator's random draws depend on ``m`` only, so a ``DataLoader`` over it gives the
+    same batches with or without worker processes, and resuming means starting at ``m``."""
+
+    def __init__(self, rows, sampler: ShardedBatches, collate, seed: int):
+        self.rows, self.sampler, self.collate, self.seed = rows, sampler, collate, seed
+
+    def __len__(self) -> int:  # only a DataLoader formality: the sampler names the items
+        return 2**62
+
+    def __getitem__(self, micro_step: int) -> tuple[list[int], dict[str, torch.Tensor]]:
+        ids = self.sampler.indices(micro_step)
+        _seed_collator(self.collate, (self.seed * 1_000_003 + micro_step) * 1009 + self.sampler.rank)
+        return ids, self.collate([self.rows[i] for i in ids])
+
+
+def micro_batch_loader(run: "TrainingRun", sampler: ShardedBatches, config: TrainConfig, first: int, count: int,
+                       device: torch.device) -> torch.utils.data.DataLoader:
+    """Micro-batches ``first .. first + count - 1`` in order; workers collate ahead of the step
+    (``--dataloader-workers``: by default 2 on a GPU, none on a CPU, whose cores train), and
+    batches bound for a GPU come in pinned memory."""
+    workers = config.dataloader_workers
+    if workers is None:
+        workers = 2 if device.type == "cuda" else 0
+    return torch.utils.data.DataLoader(
+        MicroBatches(run.train_set, sampler, run.collate, config.seed), batch_size=None,
+        sampler=range(first, first + count), num_workers=workers, pin_memory=device.type == "cuda",
+        # Its own generator: drawing the workers' base seed from the global one would shift the
+        # dropout stream of a resumed run against an uninterrupted one.
+        generator=torch.Generator().manual_seed(config.seed),
+    )
+
+
 class RunLog:
     """Training/eval records to ``log.jsonl`` plus ``log.csv`` / ``eval_log.csv``, TensorBoard
     when installed. Only the main process writes."""
@@ -337,14 +371,15 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
         progress = tqdm(total=total_steps, initial=step, desc=f"{config.stage}", dynamic_ncols=True)
 
     model.train()
+    batches = iter(micro_batch_loader(run, sampler, config, micro_step, (total_steps - step) * accumulation,
+                                      accelerator.device))
     try:
         while step < total_steps:
             for k in range(accumulation):
-                ids = sampler.indices(micro_step)
+                ids, batch = next(batches)
                 if first_batch_ids is None:
                     first_batch_ids = ids
-                _seed_collator(run.collate, (config.seed * 1_000_003 + micro_step) * 1009 + rank)
-                batch = {key: value.to(accelerator.device) for key, value in run.collate([run.train_set[i] for i in ids]).items()}
+                batch = {key: value.to(accelerator.device, non_blocking=True) for key, value in batch.items()}
                 micro_step += 1
                 sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(model)
                 with sync:
