@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+import torch
 from training_utils import micro_flags, read_log, run_cli
 
 from muxplm.training import checkpoint as ckpt
@@ -98,6 +99,39 @@ def test_a_kill_while_saving_leaves_a_run_that_resumes_to_the_end(tmp_path, poin
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging or old folder left
     assert not list(run.glob(".tmp-*"))
     assert ckpt.verify_final(run) is None  # the final model is whole: config, weights, manifest
+
+
+def test_two_processes_train_as_one_with_the_doubled_batch(tmp_path):
+    """Gradient synchronisation really works: two processes of batch 8 end with identical
+    weights on both ranks, equal to one process of batch 16 (a plain N = 1 model without
+    dropout sees the same 16 examples a step either way, and the mean of the two ranks' mean
+    gradients is the mean over the 16)."""
+    flags = ["finetune", "--task", "sentiment", "--preset", "tiny", "--num-instances", "1", "--dropout", "0",
+             "--max-train-examples", "64", "--max-eval-examples", "16", "--max-steps", "3", "--save-steps", "3",
+             "--eval-steps", "3", "--lr", "1e-3", "--seed", "5",
+             *micro_flags()]  # its --batch-size is overridden below (argparse keeps the last one)
+    two = tmp_path / "two"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_port", str(30500 + os.getpid() % 1000), "-m", "muxplm.cli", *flags, "--batch-size", "8",
+               "--output-dir", str(two)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    one = run_cli(*flags, "--batch-size", "16", "--output-dir", str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr[-3000:]
+    split, whole = (json.loads((tmp_path / name / "train_results.json").read_text()) for name in ("two", "one"))
+    assert split["world_size"] == 2 and whole["world_size"] == 1
+    rank0, rank1 = split["weight_sum_per_rank"]
+    assert rank0 == rank1  # bit-identical on both ranks
+    assert rank0 == pytest.approx(whole["weight_sum_per_rank"][0], rel=1e-6)
+    from safetensors.torch import load_file
+
+    weights_two, weights_one = (load_file(tmp_path / name / "model.safetensors") for name in ("two", "one"))
+    assert set(weights_two) == set(weights_one)
+    for name, tensor in weights_one.items():
+        assert torch.allclose(weights_two[name], tensor, atol=1e-5), name
+    # The logged loss of the two processes is the mean over both ranks: the 16 examples' mean.
+    assert [r["loss"] for r in read_log(two)] == pytest.approx([r["loss"] for r in read_log(tmp_path / "one")], rel=1e-5)
 
 
 def test_two_process_gloo_run(tmp_path):

@@ -453,12 +453,15 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     train_seconds = time.perf_counter() - train_start
     unwrapped = accelerator.unwrap_model(model)
     first_ids = _gather_lists(accelerator, first_batch_ids or [])
+    # Every rank's sum of its weights: equal on all ranks when gradients were synchronised.
+    weight_sum = torch.stack([p.detach().double().sum() for p in unwrapped.parameters()]).sum().reshape(1)
+    weight_sums = accelerator.gather(weight_sum).tolist() if world > 1 else weight_sum.tolist()
     summary = {
         "stage": config.stage, "final_step": step, "total_steps": total_steps, "resumed_from_step": start_step,
         "world_size": world, "train_seconds": train_seconds,
         "train_samples_per_s": (step - start_step) * samples_per_step / max(train_seconds, 1e-9),
         "final_loss": losses[-1] if losses else None, "eval": last_eval,
-        "first_batch_ids_per_rank": first_ids, **(run.summary or {}),
+        "first_batch_ids_per_rank": first_ids, "weight_sum_per_rank": weight_sums, **(run.summary or {}),
     }
     best = ckpt.best_checkpoint(output_dir)
     if best is not None:
