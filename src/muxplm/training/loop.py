@@ -248,6 +248,83 @@ def _rng_preserved():
         ckpt.set_rng_state(state)
 
 
+class StepStats:
+    """The training statistics between two logging steps, kept on the device (a per-step
+    ``.item()`` would make a GPU wait for Python every step), and the first non-finite loss."""
+
+    def __init__(self, device: torch.device):
+        self.window = torch.zeros(3, device=device)  # sums of loss, accuracy, similarity
+        self.shown = {"accuracy": False, "similarity": False}
+        self.steps, self.grad_norm = 0, None
+        self.first_bad = torch.zeros(2, device=device)  # (step, kind) of the first non-finite loss
+        self.started = time.perf_counter()
+
+    def add(self, output, step: int, accumulation: int) -> None:
+        """One micro-batch's output, of optimizer step ``step``."""
+        value = output.loss.detach().float()
+        newly_bad = (self.first_bad[0] == 0) & ~torch.isfinite(value)
+        kind = torch.where(value.isnan(), 1.0, torch.where(value > 0, 2.0, 3.0))  # a code: NaN never reduces
+        self.first_bad = torch.where(newly_bad, torch.stack([torch.full_like(value, step), kind]), self.first_bad)
+        self.window[0] += value / accumulation
+        accuracy = getattr(output, "accuracy", None)
+        if accuracy is None:
+            accuracy = getattr(output, "retrieval_accuracy", None)
+        for slot, name, measured in ((1, "accuracy", accuracy), (2, "similarity", getattr(output, "similarity", None))):
+            if measured is not None:
+                self.window[slot] += torch.as_tensor(measured, device=self.window.device).detach().float() / accumulation
+                self.shown[name] = True
+
+    def stop_if_diverged(self, accelerator: Accelerator, lr: float, output_dir: Path) -> None:
+        """Raise on a non-finite loss seen so far (every rank together)."""
+        bad = accelerator.reduce(self.first_bad, "max") if accelerator.num_processes > 1 else self.first_bad
+        if bad[0].item() > 0:
+            raise TrainingDiverged(
+                f"loss became {_NON_FINITE[int(bad[1].item())]} at step {int(bad[0].item())} (lr {lr:.3g}); "
+                f"stopped without saving. Last good checkpoint: "
+                f"{ckpt.latest_checkpoint(output_dir) or 'none'}. Try a lower --lr or more warm-up."
+            )
+
+    def record(self, accelerator: Accelerator, samples_per_step: int) -> dict[str, Any]:
+        """Means over the window (and every rank), then a fresh window."""
+        stats = self.window / max(self.steps, 1)
+        if accelerator.num_processes > 1:
+            stats = accelerator.reduce(stats, "mean")
+        stats = stats.tolist()  # the one host sync of a logging step
+        elapsed = time.perf_counter() - self.started
+        record = {"loss": stats[0], "samples_per_s": self.steps * samples_per_step / max(elapsed, 1e-9),
+                  "grad_norm": None if self.grad_norm is None else float(self.grad_norm)}
+        record.update({name: stats[slot] for slot, name in ((1, "accuracy"), (2, "similarity")) if self.shown[name]})
+        self.window.zero_()
+        self.steps, self.started = 0, time.perf_counter()
+        return record
+
+
+def save_checkpoint(accelerator: Accelerator, model, optimizer, scheduler, tokenizer, output_dir: Path,
+                    state: dict[str, Any], keep: int | None) -> Path:
+    """``checkpoint-<step>``: every file written into a staging folder (each rank its RNG
+    state), ``trainer_state.json`` last, then one rename; older checkpoints rotated out."""
+    main, at_step = accelerator.is_main_process, state["step"]
+    staging = ckpt.staging_dir(output_dir, at_step)
+    final = output_dir / f"checkpoint-{at_step}"
+    if main:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    torch.save(ckpt.rng_state(), staging / f"rng_state_{accelerator.process_index}.pt")
+    if main:
+        accelerator.unwrap_model(model).save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+        torch.save(scheduler.state_dict(), staging / "scheduler.pt")
+    accelerator.wait_for_everyone()
+    if main:
+        ckpt.write_json_atomic(staging / ckpt.STATE_FILE, state)  # its presence marks the checkpoint complete
+        ckpt.publish(staging, final)
+        ckpt.rotate(output_dir, keep, protect=final)
+    accelerator.wait_for_everyone()
+    return final
+
+
 def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> dict[str, Any]:
     """Train ``run.model``; returns a summary (final step, losses, eval metrics, timings).
 
@@ -292,25 +369,12 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     last_eval: dict[str, float] | None = None
     last_eval_step: int | None = None
     first_batch_ids = None
-    # Step statistics stay on the device until a logging, evaluation or save step reads them:
-    # a per-step .item() would make a GPU wait for Python every step.
-    window = torch.zeros(3, device=accelerator.device)  # sums of loss, accuracy, similarity
-    shown = {"accuracy": False, "similarity": False}
-    window_steps, grad_norm = 0, None
-    first_bad = torch.zeros(2, device=accelerator.device)  # (step, kind) of the first non-finite loss
-    window_start = time.perf_counter()
+    stats = StepStats(accelerator.device)
     train_start, start_step = time.perf_counter(), step
     losses: list[float] = []
 
     def stop_if_diverged() -> None:
-        """Raise on a non-finite loss seen since the last check (every rank together)."""
-        bad = accelerator.reduce(first_bad, "max") if world > 1 else first_bad
-        if bad[0].item() > 0:
-            raise TrainingDiverged(
-                f"loss became {_NON_FINITE[int(bad[1].item())]} at step {int(bad[0].item())} (lr {scheduler.get_last_lr()[0]:.3g}); "
-                f"stopped without saving. Last good checkpoint: "
-                f"{ckpt.latest_checkpoint(output_dir) or 'none'}. Try a lower --lr or more warm-up."
-            )
+        stats.stop_if_diverged(accelerator, scheduler.get_last_lr()[0], output_dir)
 
     def score_at(at_step: int) -> dict[str, Any] | None:
         """The ranking score of a checkpoint: only an evaluation of these very weights counts."""
@@ -323,30 +387,12 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
 
     def save(at_step: int) -> Path:
         stop_if_diverged()  # never a checkpoint of weights a non-finite loss has touched
-        staging = ckpt.staging_dir(output_dir, at_step)
-        final = output_dir / f"checkpoint-{at_step}"
-        if main:
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
-        accelerator.wait_for_everyone()
-        torch.save(ckpt.rng_state(), staging / f"rng_state_{rank}.pt")
-        if main:
-            accelerator.unwrap_model(model).save_pretrained(staging)
-            run.tokenizer.save_pretrained(staging)
-            torch.save(optimizer.state_dict(), staging / "optimizer.pt")
-            torch.save(scheduler.state_dict(), staging / "scheduler.pt")
-        accelerator.wait_for_everyone()
-        if main:
-            # Written last: its presence marks the checkpoint complete.
-            ckpt.write_json_atomic(staging / ckpt.STATE_FILE, {
-                "step": at_step, "micro_step": micro_step, "total_steps": total_steps,
-                "world_size": world, "samples_seen": at_step * samples_per_step,
-                "config": config.to_dict(), "last_eval": last_eval, "score": score_at(at_step),
-            })
-            ckpt.publish(staging, final)
-            ckpt.rotate(output_dir, config.save_total_limit, protect=final)
-            log.write({"kind": "checkpoint", "step": at_step, "path": str(final)})
-        accelerator.wait_for_everyone()
+        state = {"step": at_step, "micro_step": micro_step, "total_steps": total_steps, "world_size": world,
+                 "samples_seen": at_step * samples_per_step, "config": config.to_dict(), "last_eval": last_eval,
+                 "score": score_at(at_step)}
+        final = save_checkpoint(accelerator, model, optimizer, scheduler, run.tokenizer, output_dir, state,
+                                config.save_total_limit)
+        log.write({"kind": "checkpoint", "step": at_step, "path": str(final)})
         return final
 
     def run_eval(at_step: int) -> dict[str, float] | None:
@@ -384,56 +430,23 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
                 sync = contextlib.nullcontext() if k == accumulation - 1 else accelerator.no_sync(model)
                 with sync:
                     output = run.loss_fn(model, batch) if run.loss_fn is not None else model(**batch)
-                    loss = output.loss
-                    accelerator.backward(loss / accumulation)
-                value = loss.detach().float()
-                newly_bad = (first_bad[0] == 0) & ~torch.isfinite(value)
-                kind = torch.where(value.isnan(), 1.0, torch.where(value > 0, 2.0, 3.0))  # a code: NaN never reduces
-                first_bad = torch.where(newly_bad, torch.stack([torch.full_like(value, step + 1), kind]), first_bad)
-                window[0] += value / accumulation
-                accuracy = getattr(output, "accuracy", None)
-                if accuracy is None:
-                    accuracy = getattr(output, "retrieval_accuracy", None)
-                if accuracy is not None:
-                    window[1] += torch.as_tensor(accuracy, device=window.device).detach().float() / accumulation
-                    shown["accuracy"] = True
-                similarity = getattr(output, "similarity", None)
-                if similarity is not None:
-                    window[2] += torch.as_tensor(similarity, device=window.device).detach().float() / accumulation
-                    shown["similarity"] = True
+                    accelerator.backward(output.loss / accumulation)
+                stats.add(output, step + 1, accumulation)
             if config.max_grad_norm:
-                grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                stats.grad_norm = accelerator.clip_grad_norm_(model.parameters(), config.max_grad_norm)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            window_steps += 1
-
+            stats.steps += 1
             if step % config.logging_steps == 0 or step == total_steps:
                 stop_if_diverged()
-                stats = window / window_steps
-                if world > 1:
-                    stats = accelerator.reduce(stats, "mean")
-                stats = stats.tolist()  # the one host sync of a logging step
-                elapsed = time.perf_counter() - window_start
-                record = {
-                    "kind": "train", "step": step,
-                    "epoch": round(micro_step / sampler.batches_per_epoch, 4),
-                    "loss": stats[0], "lr": scheduler.get_last_lr()[0],
-                    "samples_per_s": window_steps * samples_per_step / max(elapsed, 1e-9),
-                    "grad_norm": None if grad_norm is None else float(grad_norm),
-                }
-                if shown["accuracy"]:
-                    record["accuracy"] = stats[1]
-                if shown["similarity"]:
-                    record["similarity"] = stats[2]
+                record = {"kind": "train", "step": step, "epoch": round(micro_step / sampler.batches_per_epoch, 4),
+                          "lr": scheduler.get_last_lr()[0], **stats.record(accelerator, samples_per_step)}
                 losses.append(record["loss"])
                 log.write(record)
                 if progress is not None:
                     progress.set_postfix(loss=f"{record['loss']:.4f}", samples_s=f"{record['samples_per_s']:.1f}")
-                window.zero_()
-                window_steps = 0
-                window_start = time.perf_counter()
             if progress is not None:
                 progress.update(1)
             if step % config.eval_steps == 0 or step == total_steps:
