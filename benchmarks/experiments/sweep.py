@@ -163,6 +163,45 @@ GRIDS["convert"] = {
 }
 
 
+# Fine-tuning a converted model (the `reproduce --convert` N = 2 conversion, made by
+# benchmarks/run_cpu_reproduce_convert.sh): is the gap to plain MiniLM on sentence tasks a matter
+# of fine-tuning length, of the encoder's learning rate, or of the labels (task distillation
+# from the plain model fine-tuned on the same task, the reproduction's N = 1 row)?
+CONVERTED = ROOT / "runs" / "reproduce-convert"
+
+
+def converted_finetune(task: str, n: int = 2, epochs: float = 4.5, **settings):
+    steps_per_epoch = 2000 // 32 + 1
+    return dict(WARM_FINETUNE, task=task, init=str(CONVERTED / f"convert-minilm-{n}" / "1-convert"),
+                num_epochs=epochs, eval_steps=steps_per_epoch, **settings)
+
+
+# Runs without a curve file in results/curves/convert-finetune were not run (see benchmarks/README.md).
+GRIDS["convert-finetune"] = {
+    f"n2-{task}-{name}": converted_finetune(task, **kw)
+    for task in ("trec", "sentiment")
+    for name, kw in {
+        "13.5ep": dict(epochs=13.5),
+        "enc1e-4": dict(encoder_lr=1e-4),
+        "enc2e-4": dict(encoder_lr=2e-4),
+        "enc1e-4-kd": dict(encoder_lr=1e-4, teacher=str(CONVERTED / "minilm" / f"3-{task}")),
+        "kd": dict(teacher=str(CONVERTED / "minilm" / f"3-{task}")),
+        "kd-13.5ep": dict(epochs=13.5, teacher=str(CONVERTED / "minilm" / f"3-{task}")),
+    }.items()
+}
+# ... and whether plain MiniLM gains from the same longer fine-tuning (it gets 3 epochs in the rows)
+GRIDS["convert-finetune"].update({
+    f"n1-{task}-13.5ep": dict(converted_finetune(task, epochs=13.5), init=None, init_encoder="MINILM", num_instances=1)
+    for task in ("trec", "sentiment")
+})
+# ... and from the encoder learning rate (the rows' plain MiniLM: 3 epochs, encoder lr 5e-5)
+GRIDS["convert-finetune"].update({
+    f"n1-{task}-enc1e-4": dict(converted_finetune(task, epochs=3.0, encoder_lr=1e-4), init=None,
+                               init_encoder="MINILM", num_instances=1)
+    for task in ("trec", "sentiment")
+})
+
+
 def _run_one(settings: dict, run_dir: Path) -> tuple[dict, float, list[str]]:
     shutil.rmtree(run_dir, ignore_errors=True)
     start = time.time()
