@@ -224,7 +224,9 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
             # the N = 1 row's encoder compute: 3 epochs / ((2 + 4 / N) / 6)
             assert Path(tuned.init).name == "1-convert" and tuned.num_epochs == round(3 * 6 / (2 + 4 / n), 2)
         assert results["rows"]["convert-minilm-2"]["baseline_used"] == "minilm"
-        assert by_dir[("minilm", "3-ner")].lr == 5e-4 and by_dir[("minilm", "3-sentiment")].encoder_lr == 5e-5
+        assert by_dir[("minilm", "3-ner")].lr == 5e-4 and by_dir[("minilm", "3-pos")].encoder_lr == 5e-5
+        # sentence tasks: the encoder at 1e-4, for the plain row and the converted ones alike
+        assert {by_dir[(key, "3-sentiment")].encoder_lr for key in reproduce.CONVERT_MODELS} == {1e-4}
         return
     assert set(results["rows"]) == set(reproduce.DEFAULT_MODELS)
     by_dir = {(Path(c.output_dir).parent.name, Path(c.output_dir).name): c for c in stages}
