@@ -128,8 +128,7 @@ def test_mlm_labels_outside_the_vocabulary_are_refused():
 def test_device_values_are_checked_on_the_host_except_in_a_training_step_on_an_accelerator():
     from muxplm.modeling_mux import host_checks_wanted
 
-    assert host_checks_wanted(torch.zeros(2))  # CPU: free
+    assert host_checks_wanted(torch.zeros(2), training=True)  # CPU: free
     on_device = torch.zeros(2, device="meta")  # stands for a CUDA tensor: reading it would sync
-    assert not host_checks_wanted(on_device)
-    with torch.no_grad():  # inference: a clear error is worth the sync
-        assert host_checks_wanted(on_device)
+    assert not host_checks_wanted(on_device, training=True)
+    assert host_checks_wanted(on_device, training=False)  # a model in eval mode: a clear error is worth the sync

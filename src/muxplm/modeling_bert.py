@@ -101,7 +101,8 @@ class MuxBertForMaskedLM(MuxHeadMixin, MuxBertPreTrainedModel):
         selected = labels != -100
         logits = self.cls(state.demux_where(selected))
         targets = labels[selected]
-        check_class_ids(targets, self.config.vocab_size, "vocabulary ids (MLM labels: a token id, or -100)")
+        check_class_ids(targets, self.config.vocab_size, "vocabulary ids (MLM labels: a token id, or -100)",
+                        training=self.training)
         # A batch without a single masked token gives a zero loss, not NaN.
         loss = F.cross_entropy(logits, targets) if targets.numel() else logits.sum() * 0.0
         output = mix_retrieval(self, loss, state)

@@ -98,15 +98,15 @@ def _check_same_shape(name: str, tensor: torch.Tensor | None, shape: torch.Size)
         raise ValueError(f"{name} has shape {tuple(tensor.shape)} but input_ids has shape {tuple(shape)}")
 
 
-def host_checks_wanted(tensor: torch.Tensor) -> bool:
+def host_checks_wanted(tensor: torch.Tensor, training: bool) -> bool:
     """Whether to check values that live on the device from the host: always for CPU tensors
-    (free) and at inference (a clear error is worth one sync); not in a training step on an
+    (free) and outside training (a clear error is worth one sync); not in a training step on an
     accelerator, whose batches come from the stage's own tokenizer and collators (checked when
-    the stage starts), so that the step never waits for the host."""
-    return tensor.device.type == "cpu" or not torch.is_grad_enabled()
+    the stage starts), so that the step does not wait for the host."""
+    return tensor.device.type == "cpu" or not training
 
 
-def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None) -> None:
+def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None, training: bool = False) -> None:
     """Raise a ``ValueError`` naming the problem for inputs the model cannot take."""
     if not torch.is_tensor(input_ids):
         raise TypeError(f"input_ids must be a torch.Tensor, got {type(input_ids).__name__}")
@@ -126,7 +126,7 @@ def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None)
             f"sequence length {length} is longer than the model's position table allows: at most {room} "
             f"tokens (max_position_embeddings={config.max_position_embeddings}{extra}); truncate the input"
         )
-    if not host_checks_wanted(input_ids):
+    if not host_checks_wanted(input_ids, training):
         return
     # One device->host transfer for all range checks (each separate read would be a GPU sync).
     bounds = [*torch.aminmax(input_ids)]
@@ -271,7 +271,7 @@ class MuxBackboneMixin:
         output_hidden_states: bool = False,
     ) -> MuxState:
         config = self.config
-        validate_inputs(config, input_ids, attention_mask, token_type_ids)
+        validate_inputs(config, input_ids, attention_mask, token_type_ids, training=self.training)
         batch, device = input_ids.shape[0], input_ids.device
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -605,11 +605,12 @@ class MuxSequenceClassificationMixin(_LinearHeadMixin):
         logits = state.plan.reduce_copies(self.classifier(self.dropout(pooled)))
         loss = None
         if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels)
+            loss = sequence_classification_loss(self.config, logits, labels, training=self.training)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
-def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor,
+                                 training: bool = False) -> torch.Tensor:
     batch = logits.shape[0]
     if config.num_labels == 1 or config.problem_type == "regression":
         validate_labels(labels.view(-1) if labels.dim() == 2 else labels, (batch,), "regression")
@@ -618,15 +619,15 @@ def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Ten
         validate_labels(labels, tuple(logits.shape), "multi-label classification")
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
     validate_labels(labels, (batch,), "sequence classification")
-    check_class_ids(labels, config.num_labels)
+    check_class_ids(labels, config.num_labels, training=training)
     return F.cross_entropy(logits, labels)
 
 
-def check_class_ids(labels: torch.Tensor, num_labels: int, what: str = "classes") -> None:
+def check_class_ids(labels: torch.Tensor, num_labels: int, what: str = "classes", training: bool = False) -> None:
     """Refuse labels outside ``[0, num_labels)`` here (on CUDA they would be a device assert)."""
     if labels.dtype.is_floating_point:
         raise ValueError("classification labels must be integer class ids (float labels mean regression: num_labels=1)")
-    if labels.numel() == 0 or not host_checks_wanted(labels):
+    if labels.numel() == 0 or not host_checks_wanted(labels, training):
         return
     low, high = torch.aminmax(labels)
     if low < 0 or high >= num_labels:
@@ -655,6 +656,6 @@ class MuxTokenClassificationMixin(_LinearHeadMixin):
         loss = None
         if labels is not None:
             validate_labels(labels, tuple(input_ids.shape), "token classification")
-            check_class_ids(labels[labels != -100], self.config.num_labels)
+            check_class_ids(labels[labels != -100], self.config.num_labels, training=self.training)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         return TokenClassifierOutput(loss=loss, logits=logits)

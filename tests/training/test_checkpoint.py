@@ -131,3 +131,25 @@ def test_recovery_leaves_a_whole_folder_alone(tmp_path):
     ckpt.recover_run_folder(run)
     ckpt.recover_run_folder(tmp_path / "never-created")
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_folder_that_cannot_be_swapped_gets_its_files_replaced_in_place(tmp_path, monkeypatch):
+    """The working directory itself (``--output-dir .``): renaming it would pull the ground from
+    under the process, so the files are replaced one by one, the stale ones dropped."""
+    run = _run_folder(tmp_path)
+    monkeypatch.chdir(run)
+    ckpt.publish_final(".", _write_new)
+    assert json.loads((run / "config.json").read_text()) == {"new": True}
+    assert not (run / "pytorch_model.bin").exists() and not (run / ".tmp-final").exists()
+    assert ckpt.verify_final(run) is None and _names(run) == ["checkpoint-2", "checkpoint-4"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_recovering_another_runs_folder_removes_nothing(tmp_path):
+    run = _run_folder(tmp_path)
+    publishing = tmp_path / ".run.final-new"  # another process may be filling it right now
+    publishing.mkdir()
+    ckpt.recover_run_folder(run, clean=False)
+    assert publishing.is_dir()
+    ckpt.recover_run_folder(run)  # this run's own folder: debris of a swap that never started
+    assert not publishing.exists()

@@ -106,6 +106,8 @@ def publish(staging: Path, final: Path) -> None:
 # ``--init RUN`` and ``from_pretrained(RUN)`` find it. It is replaced whole: a sibling folder is
 # filled with the new files plus hard links to the run's other entries and then swaps places
 # with the run folder (two renames; ``recover_run_folder`` completes a swap a crash cut short).
+# A run folder that cannot be swapped (a mount point, an unwritable parent) gets its files
+# replaced one by one instead, the manifest last.
 FINAL_MANIFEST = "final_files.json"
 
 
@@ -121,12 +123,27 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
+def _can_swap(folder: Path) -> bool:
+    """Not for a mount point (the sibling would sit on another file system), a folder whose
+    parent is read-only, or the working directory or a folder above it (renaming it would
+    pull the ground from under the process)."""
+    parent = folder.parent
+    if not os.access(parent, os.W_OK) or (folder.exists() and os.path.ismount(folder)):
+        return False
+    if Path.cwd().resolve().is_relative_to(folder):
+        return False
+    return not folder.exists() or os.stat(parent).st_dev == os.stat(folder).st_dev
+
+
 def publish_final(output_dir: str | Path, write) -> None:
     """Replace the final model in ``output_dir`` in one step: ``write(folder)`` writes the new
     final files; the files an earlier final save left (its manifest) are dropped, every other
     entry (checkpoints, logs) is carried over."""
-    output_dir = Path(output_dir)
+    output_dir = Path(output_dir).resolve()  # "." and symbolic links name the real folder
     recover_run_folder(output_dir)
+    if not _can_swap(output_dir):
+        _replace_in_place(output_dir, write)
+        return
     new, old = _swap_names(output_dir)
     shutil.rmtree(new, ignore_errors=True)
     new.mkdir(parents=True)
@@ -145,8 +162,38 @@ def publish_final(output_dir: str | Path, write) -> None:
     if output_dir.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(output_dir, old)
-    os.replace(new, output_dir)
+    try:
+        os.replace(new, output_dir)
+    except FileNotFoundError:  # a recovery by another command completed the swap meanwhile
+        if not (output_dir / FINAL_MANIFEST).is_file():
+            raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _replace_in_place(output_dir: Path, write) -> None:
+    """The fallback: staged in the run folder, then moved file by file, the manifest last (a
+    crash midway can mix old and new files, which ``verify_final`` reports)."""
+    staging = output_dir / ".tmp-final"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    write(staging)
+    sync_tree(staging)
+    made = sorted(path.name for path in staging.iterdir())
+    previous = set(_manifest(output_dir))
+    (output_dir / FINAL_MANIFEST).unlink(missing_ok=True)
+    for name in previous - set(made):  # what the previous save wrote and this one does not
+        target = output_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
+    for name in made:
+        target = output_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        os.replace(staging / name, target)
+    staging.rmdir()
+    write_json_atomic(output_dir / FINAL_MANIFEST, made)
 
 
 def _manifest(folder: Path) -> list[str]:
@@ -173,17 +220,20 @@ def verify_final(output_dir: str | Path) -> str | None:
     return None
 
 
-def recover_run_folder(output_dir: str | Path) -> None:
-    """Finish (or undo) a final-model swap that a crash interrupted, and clear its debris."""
-    output_dir = Path(output_dir)
+def recover_run_folder(output_dir: str | Path, clean: bool = True) -> None:
+    """Finish (or undo) a final-model swap that a crash interrupted; with ``clean``, also clear
+    the debris of one that never started (only for a folder no other run may be publishing:
+    this run's own)."""
+    output_dir = Path(output_dir).resolve()
     new, old = _swap_names(output_dir)
     if not output_dir.exists():
         if (new / FINAL_MANIFEST).is_file():
             os.replace(new, output_dir)  # the crash fell between the two renames
         elif old.exists():
             os.replace(old, output_dir)
-    shutil.rmtree(new, ignore_errors=True)  # a swap that never started
-    shutil.rmtree(old, ignore_errors=True)  # a swap whose clean-up never ran
+    if clean:
+        shutil.rmtree(new, ignore_errors=True)  # a swap that never started
+        shutil.rmtree(old, ignore_errors=True)  # a swap whose clean-up never ran
 
 
 def best_checkpoint(output_dir: str | Path) -> Path | None:

@@ -209,6 +209,7 @@ class TrainingRun:
 
 
 _NON_FINITE = {1: "nan", 2: "inf", 3: "-inf"}
+_NONE_BAD = 2**62
 
 
 def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -256,15 +257,17 @@ class StepStats:
         self.window = torch.zeros(3, device=device)  # sums of loss, accuracy, similarity
         self.shown = {"accuracy": False, "similarity": False}
         self.steps, self.grad_norm = 0, None
-        self.first_bad = torch.zeros(2, device=device)  # (step, kind) of the first non-finite loss
+        # The first non-finite loss as one integer, step * 4 + kind (1 nan, 2 inf, 3 -inf); NONE if
+        # there was none. The minimum over ranks is the earliest step with its own kind.
+        self.first_bad = torch.full((), _NONE_BAD, dtype=torch.long, device=device)
         self.started = time.perf_counter()
 
     def add(self, output, step: int, accumulation: int) -> None:
         """One micro-batch's output, of optimizer step ``step``."""
         value = output.loss.detach().float()
-        newly_bad = (self.first_bad[0] == 0) & ~torch.isfinite(value)
-        kind = torch.where(value.isnan(), 1.0, torch.where(value > 0, 2.0, 3.0))  # a code: NaN never reduces
-        self.first_bad = torch.where(newly_bad, torch.stack([torch.full_like(value, step), kind]), self.first_bad)
+        kind = torch.where(value.isnan(), 1, torch.where(value > 0, 2, 3))
+        code = torch.where(torch.isfinite(value), _NONE_BAD, step * 4 + kind)
+        self.first_bad = torch.minimum(self.first_bad, code)
         self.window[0] += value / accumulation
         accuracy = getattr(output, "accuracy", None)
         if accuracy is None:
@@ -276,10 +279,13 @@ class StepStats:
 
     def stop_if_diverged(self, accelerator: Accelerator, lr: float, output_dir: Path) -> None:
         """Raise on a non-finite loss seen so far (every rank together)."""
-        bad = accelerator.reduce(self.first_bad, "max") if accelerator.num_processes > 1 else self.first_bad
-        if bad[0].item() > 0:
+        bad = self.first_bad.clone()
+        if accelerator.num_processes > 1:
+            torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MIN)
+        code = int(bad.item())
+        if code != _NONE_BAD:
             raise TrainingDiverged(
-                f"loss became {_NON_FINITE[int(bad[1].item())]} at step {int(bad[0].item())} (lr {lr:.3g}); "
+                f"loss became {_NON_FINITE[code % 4]} at step {code // 4} (lr {lr:.3g}); "
                 f"stopped without saving. Last good checkpoint: "
                 f"{ckpt.latest_checkpoint(output_dir) or 'none'}. Try a lower --lr or more warm-up."
             )
@@ -485,6 +491,7 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
             unwrapped.load_state_dict(type(unwrapped).from_pretrained(best).state_dict())
             summary["eval"] = best_state["last_eval"]
             summary["loaded_best"] = True
+    accelerator.wait_for_everyone()  # no rank may still read the run folder while it is swapped
     if main:
         _save_final(unwrapped, run.tokenizer, output_dir, summary)
     accelerator.wait_for_everyone()

@@ -57,9 +57,9 @@ def _recover_folders(config: TrainConfig) -> None:
     state = process_state()
     with state.main_process_first():
         if state.is_main_process:
-            for folder in (config.output_dir, config.init):
-                if folder:
-                    ckpt.recover_run_folder(folder)
+            ckpt.recover_run_folder(config.output_dir)
+            if config.init:  # another run's folder: only a swap cut short is completed, nothing removed
+                ckpt.recover_run_folder(config.init, clean=False)
 
 
 def _quiet_libraries() -> None:
