@@ -160,6 +160,10 @@ GRIDS["convert"] = {
                                           tune=dict(teacher=str(ROOT / "runs/sweeps/convert/n1-plain"))),
     "n5-k2-norm20-distill-kd": conversion(5, unmuxed=2, key_norm=20.0, teacher="MINILM", distill_weight=0.5,
                                           tune=dict(teacher=str(ROOT / "runs/sweeps/convert/n1-plain"))),
+    # the paper's model (K = 0, 2x / 5x faster than K = 2 allows) with the fine-tuning encoder lr
+    # that lifted the K = 2 rows (convert-finetune)
+    "n2-k0-norm20-enc1e-4": conversion(2, key_norm=20.0, tune=dict(encoder_lr=1e-4)),
+    "n5-k0-norm20-enc1e-4": conversion(5, key_norm=20.0, tune=dict(encoder_lr=1e-4)),
 }
 
 
