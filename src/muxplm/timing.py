@@ -79,3 +79,14 @@ def rates(timings: list[tuple[float, float]], samples: int, clock: str = "wall")
         "samples_per_s": statistics.fmean(chosen), "std": statistics.pstdev(chosen), "trials": chosen,
         "wall_samples_per_s": statistics.fmean(wall), "cpu_samples_per_s": statistics.fmean(cpu),
     }
+
+
+def side_by_side(models: dict[Hashable, torch.nn.Module], *, batch_size: int, seq_length: int, batches: int,
+                 trials: int, device: torch.device | str, clock: str = "wall", warmup: int = 1,
+                 seed: int = 0) -> dict[Hashable, dict[str, Any]]:
+    """:func:`rates` of every model on one random batch (ids within the smallest vocabulary),
+    timed :func:`round_robin`."""
+    vocab = min(model.config.vocab_size for model in models.values())
+    inputs = random_inputs(batch_size, seq_length, device, vocab_size=vocab, seed=seed)
+    timings = round_robin(models, inputs, batches=batches, trials=trials, device=device, warmup=warmup)
+    return {key: rates(timed, batch_size * batches, clock) for key, timed in timings.items()}

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..timing import random_inputs, rates, round_robin
+from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
 from ..training.config import recipe_for
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
@@ -344,15 +344,10 @@ def measure_side_by_side(checkpoints: dict[str, str], *, batch_size: int, seq_le
     device = torch.device(device)
     models = {key: load_classifier(path)[0].eval().to(device=device, dtype=DTYPES[dtype])
               for key, path in checkpoints.items()}
-    vocab = min(m.config.vocab_size for m in models.values())
-    inputs = random_inputs(batch_size, seq_length, device, vocab_size=vocab)
-    timings = round_robin(models, inputs, batches=batches, trials=trials, device=device, warmup=warmup)
-    result = {}
-    for key, timed in timings.items():
-        measured = rates(timed, batch_size * batches, clock)
-        result[key] = dict(samples_per_s=measured["samples_per_s"], trials=measured["trials"],
-                           wall_samples_per_s=measured["wall_samples_per_s"], checkpoint=checkpoints[key])
-    return result
+    measured = side_by_side(models, batch_size=batch_size, seq_length=seq_length, batches=batches, trials=trials,
+                            device=device, clock=clock, warmup=warmup)
+    return {key: dict(samples_per_s=m["samples_per_s"], trials=m["trials"], wall_samples_per_s=m["wall_samples_per_s"],
+                      checkpoint=checkpoints[key]) for key, m in measured.items()}
 
 
 # --------------------------------------------------------------------------- results

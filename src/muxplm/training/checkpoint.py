@@ -140,7 +140,6 @@ def publish_final(output_dir: str | Path, write) -> None:
     final files; the files an earlier final save left (its manifest) are dropped, every other
     entry (checkpoints, logs) is carried over."""
     output_dir = Path(output_dir).resolve()  # "." and symbolic links name the real folder
-    recover_run_folder(output_dir)
     if not _can_swap(output_dir):
         _replace_in_place(output_dir, write)
         return

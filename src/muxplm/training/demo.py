@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..timing import random_inputs, rates, round_robin
+from ..timing import side_by_side
 from .config import TrainConfig
 from .evaluate import evaluate_checkpoint
 from .models import load_classifier
@@ -127,16 +127,12 @@ def _throughput_side_by_side(checkpoints: list[str], batch_size: int, seq_length
                              trials: int) -> list[dict[str, Any]]:
     """Inference samples/s of each model, timed round robin so all see the same machine load."""
     models = {path: load_classifier(path)[0].eval() for path in checkpoints}
-    vocab = min(model.config.vocab_size for model in models.values())
-    inputs = random_inputs(batch_size, seq_length, "cpu", vocab_size=vocab)
-    timings = round_robin(models, inputs, batches=num_batches, trials=trials, device="cpu", warmup=2)
-    results = []
-    for path, model in models.items():
-        measured = rates(timings[path], batch_size * num_batches)
-        results.append({"checkpoint": path, "num_instances": model.config.num_instances,
-                        "samples_per_s": measured["samples_per_s"], "trials": measured["trials"],
-                        "batch_size": batch_size, "seq_length": seq_length, "threads": torch.get_num_threads()})
-    return results
+    measured = side_by_side(models, batch_size=batch_size, seq_length=seq_length, batches=num_batches,
+                            trials=trials, device="cpu", warmup=2)
+    return [{"checkpoint": path, "num_instances": model.config.num_instances,
+             "samples_per_s": measured[path]["samples_per_s"], "trials": measured[path]["trials"],
+             "batch_size": batch_size, "seq_length": seq_length, "threads": torch.get_num_threads()}
+            for path, model in models.items()]
 
 
 def _print_table(results: dict[str, Any]) -> None:

@@ -18,7 +18,7 @@ import torch
 from ..data import PaddingCollator, TaskSpec
 from ..devices import resolve_device
 from ..metrics import compute_task_metrics
-from ..timing import random_inputs, rates, round_robin
+from ..timing import side_by_side
 from .inputs import load_task_features
 from .models import load_classifier
 
@@ -229,8 +229,7 @@ def measure_throughput(model, batch_size: int = 128, seq_length: int = 128, num_
     ``num_batches`` batches (:mod:`muxplm.timing`)."""
     device = next(model.parameters()).device
     model.eval()
-    inputs = random_inputs(batch_size, seq_length, device, vocab_size=model.config.vocab_size, seed=seed)
-    timed = round_robin({"model": model}, inputs, batches=num_batches, trials=trials, device=device, warmup=warmup)
-    measured = rates(timed["model"], batch_size * num_batches)
+    measured = side_by_side({"model": model}, batch_size=batch_size, seq_length=seq_length, batches=num_batches,
+                            trials=trials, device=device, warmup=warmup, seed=seed)["model"]
     return {"samples_per_s": measured["samples_per_s"], "std": measured["std"], "batch_size": batch_size,
             "seq_length": seq_length, "num_batches": num_batches, "trials": trials}
