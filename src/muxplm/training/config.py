@@ -49,6 +49,8 @@ class TrainConfig:
     teacher: str | None = None
     distill_temperature: float = 2.0
     distill_weight: float = 0.5
+    # fine-tuning: weight of the disagreement between two compositions of every batch (0 = off)
+    consistency_weight: float = 0.0
     # data
     task: str | None = None
     task_kind: str | None = None  # sentence | token, for local files

@@ -122,11 +122,15 @@ def micro_batch_loader(run: "TrainingRun", sampler: ShardedBatches, config: Trai
     )
 
 
+# Per-step output fields logged as curves when a model or loss provides them.
+_CURVES = ("accuracy", "similarity", "disagreement")
+
+
 class RunLog:
     """Training/eval records to ``log.jsonl`` plus ``log.csv`` / ``eval_log.csv``, TensorBoard
     when installed. Only the main process writes."""
 
-    TRAIN_COLUMNS = ("step", "epoch", "loss", "lr", "samples_per_s", "grad_norm", "accuracy", "similarity")
+    TRAIN_COLUMNS = ("step", "epoch", "loss", "lr", "samples_per_s", "grad_norm", *_CURVES)
 
     def __init__(self, output_dir: Path, enabled: bool, keep_until_step: int | None):
         self.enabled = enabled
@@ -254,8 +258,8 @@ class StepStats:
     ``.item()`` would make a GPU wait for Python every step), and the first non-finite loss."""
 
     def __init__(self, device: torch.device):
-        self.window = torch.zeros(3, device=device)  # sums of loss, accuracy, similarity
-        self.shown = {"accuracy": False, "similarity": False}
+        self.window = torch.zeros(1 + len(_CURVES), device=device)  # sums of the loss and of each curve
+        self.shown = dict.fromkeys(_CURVES, False)
         self.steps, self.grad_norm = 0, None
         # The first non-finite loss as one integer, step * 4 + kind (1 nan, 2 inf, 3 -inf); NONE if
         # there was none. The minimum over ranks is the earliest step with its own kind.
@@ -272,7 +276,8 @@ class StepStats:
         accuracy = getattr(output, "accuracy", None)
         if accuracy is None:
             accuracy = getattr(output, "retrieval_accuracy", None)
-        for slot, name, measured in ((1, "accuracy", accuracy), (2, "similarity", getattr(output, "similarity", None))):
+        for slot, name in enumerate(_CURVES, start=1):
+            measured = accuracy if name == "accuracy" else getattr(output, name, None)
             if measured is not None:
                 self.window[slot] += torch.as_tensor(measured, device=self.window.device).detach().float() / accumulation
                 self.shown[name] = True
@@ -299,7 +304,7 @@ class StepStats:
         elapsed = time.perf_counter() - self.started
         record = {"loss": stats[0], "samples_per_s": self.steps * samples_per_step / max(elapsed, 1e-9),
                   "grad_norm": None if self.grad_norm is None else float(self.grad_norm)}
-        record.update({name: stats[slot] for slot, name in ((1, "accuracy"), (2, "similarity")) if self.shown[name]})
+        record.update({name: stats[slot] for slot, name in enumerate(_CURVES, start=1) if self.shown[name]})
         self.window.zero_()
         self.steps, self.started = 0, time.perf_counter()
         return record

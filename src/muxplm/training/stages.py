@@ -21,6 +21,7 @@ from ..configuration import MuxBertConfig
 from ..data import PaddingCollator
 from . import checkpoint as ckpt
 from .config import TrainConfig, resolve
+from .consistency import CompositionConsistency
 from .distill import StateDistillation, TaskDistillation
 from .evaluate import evaluate_model
 from .inputs import load_task_features, pretraining_blocks, pretraining_collator, pretraining_evaluator
@@ -155,6 +156,8 @@ def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     if config.teacher:
         loss_fn = TaskDistillation(config.teacher, model, temperature=config.distill_temperature,
                                    weight=config.distill_weight, device=accelerator.device)
+    if config.consistency_weight:
+        loss_fn = CompositionConsistency(config.consistency_weight, inner=loss_fn)
     run = TrainingRun(
         model=model, tokenizer=tokenizer, train_set=features["train"], collate=PaddingCollator(tokenizer),
         evaluate=evaluate, resume_from=resume_from, loss_fn=loss_fn,
