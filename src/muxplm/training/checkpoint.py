@@ -1,8 +1,9 @@
 """Atomic, resumable training checkpoints.
 
 A checkpoint is a folder ``checkpoint-<step>`` holding the model (``save_pretrained``:
-config.json + model.safetensors), the tokenizer, ``optimizer.pt``, ``scheduler.pt``, one
-``rng_state_<rank>.pt`` per process and ``trainer_state.json`` (step, data position, config).
+config.json + model.safetensors), the tokenizer, what ``Accelerator.save_state`` writes
+(``optimizer.bin``, the scheduler as ``custom_checkpoint_0.pkl``, ``scaler.pt`` in fp16, one
+``random_states_<rank>.pkl`` per process) and ``trainer_state.json`` (step, data position, config).
 Every file is first written into ``.tmp-checkpoint-<step>`` next to the target, which is
 renamed into place only when complete, and ``trainer_state.json`` is written last: a crash
 mid-write leaves at most a temp folder, which resume ignores and the next save removes.
@@ -304,7 +305,12 @@ def verify(checkpoint: Path) -> str | None:
         read_state(checkpoint)
         for weights in sorted(checkpoint.glob("*.safetensors")):
             _check_safetensors(weights)
-        for name in ("optimizer.pt", "scheduler.pt", *sorted(p.name for p in checkpoint.glob("rng_state_*.pt"))):
+        # Accelerate's load_state would skip an unreadable RNG file with a log line only.
+        states = sorted(p.name for p in checkpoint.glob("random_states_*.pkl"))
+        if not states:
+            raise ValueError(f"{checkpoint} has no random_states_<rank>.pkl")
+        scaler = ["scaler.pt"] if (checkpoint / "scaler.pt").exists() else []
+        for name in ("optimizer.bin", "custom_checkpoint_0.pkl", *scaler, *states):
             load_file(checkpoint / name, map_location="cpu")
     except (OSError, ValueError) as error:
         return str(error)

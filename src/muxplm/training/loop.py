@@ -310,6 +310,22 @@ class StepStats:
         return record
 
 
+def _checkpoint_state(accelerator: Accelerator, scheduler) -> None:
+    """Hand the training state to Accelerate's ``save_state`` / ``load_state``, except the
+    weights: a checkpoint is a ``save_pretrained`` model folder (loadable with ``--init``), and a
+    resumed run builds its model from it. Each run has its own Accelerator (make_accelerator)."""
+    accelerator.register_for_checkpointing(scheduler)  # not prepared: it steps once per update
+
+    def skip_weights(models, weights, output_dir) -> None:
+        weights.clear()  # Accelerate's own list of state dicts to write, not its models
+
+    def skip_models(models, input_dir) -> None:
+        models.clear()  # the list of models to load into, local to load_state
+
+    accelerator.register_save_state_pre_hook(skip_weights)
+    accelerator.register_load_state_pre_hook(skip_models)
+
+
 def save_checkpoint(accelerator: Accelerator, model, optimizer, scheduler, tokenizer, output_dir: Path,
                     state: dict[str, Any], keep: int | None) -> Path:
     """``checkpoint-<step>``: every file written into a staging folder (each rank its RNG
@@ -321,12 +337,12 @@ def save_checkpoint(accelerator: Accelerator, model, optimizer, scheduler, token
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
     accelerator.wait_for_everyone()
-    torch.save(ckpt.rng_state(), staging / f"rng_state_{accelerator.process_index}.pt")
+    # Accelerate writes the optimizer, the scheduler (registered for checkpointing), the gradient
+    # scaler of fp16 training and each process's RNG states; the weights come from save_pretrained.
+    accelerator.save_state(str(staging))
     if main:
         accelerator.unwrap_model(model).save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
-        torch.save(scheduler.state_dict(), staging / "scheduler.pt")
     accelerator.wait_for_everyone()
     if main:
         ckpt.write_json_atomic(staging / ckpt.STATE_FILE, state)  # its presence marks the checkpoint complete
@@ -361,15 +377,15 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     # The scheduler is stepped here once per optimizer update, so it is not handed to prepare()
     # (Accelerate's wrapper would step it once per process).
     model, optimizer = accelerator.prepare(model, optimizer)
+    _checkpoint_state(accelerator, scheduler)
 
     step, micro_step = 0, 0
     if run.resume_from is not None:
         state = ckpt.read_state(run.resume_from)
         _check_same_layout(run.resume_from, state, config, world)
-        # Every rank maps the saved tensors onto its own device (not the saver's cuda:0).
-        optimizer.load_state_dict(ckpt.load_file(run.resume_from / "optimizer.pt", accelerator.device))
-        scheduler.load_state_dict(ckpt.load_file(run.resume_from / "scheduler.pt", "cpu"))
-        ckpt.set_rng_state(ckpt.load_file(run.resume_from / f"rng_state_{rank}.pt", "cpu"))
+        # The weights were loaded with the model; tensors are read onto the CPU, then each rank's
+        # optimizer moves its state to its own device (not the saver's cuda:0).
+        accelerator.load_state(str(run.resume_from))
         step, micro_step = state["step"], state["micro_step"]
     log = RunLog(output_dir, main, keep_until_step=step if run.resume_from is not None else None)
     if main:
