@@ -88,3 +88,15 @@ def test_finetune_with_consistency_and_a_teacher_logs_the_disagreement(tmp_path)
     assert all(record["disagreement"] >= 0 and torch.isfinite(torch.tensor(record["loss"])) for record in records)
     with pytest.raises(ValueError, match="consistency weight"):
         CompositionConsistency(-1.0)
+
+
+def test_the_tiny_recipe_fine_tunes_mux_models_with_consistency_and_plain_ones_without():
+    from muxplm.training.config import CONSISTENCY_WEIGHT, resolve
+
+    tune = dict(stage="finetune", task="sentiment")
+    assert resolve(TrainConfig(**tune), "tiny", num_instances=5).consistency_weight == CONSISTENCY_WEIGHT > 0
+    assert resolve(TrainConfig(**tune), "tiny", num_instances=1).consistency_weight == 0.0
+    assert resolve(TrainConfig(**tune), None, num_instances=2).consistency_weight == 0.0  # paper recipe: off
+    assert resolve(TrainConfig(**tune, consistency_weight=0.0), "tiny", num_instances=2).consistency_weight == 0.0
+    with pytest.raises(ValueError, match="consistency_weight"):
+        resolve(TrainConfig(**tune, consistency_weight=-1.0), "tiny", num_instances=2)
