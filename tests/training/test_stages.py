@@ -252,3 +252,26 @@ def test_worker_processes_collate_the_same_batches(tmp_path):
                               eval_steps=100, dataloader_workers=workers, **MICRO))
         losses[workers] = [record["loss"] for record in read_log(out)]
     assert len(losses[0]) == 4 and losses[2] == losses[0]
+
+
+def test_length_grouped_batches_cover_each_epoch_once_with_less_padding(tmp_path):
+    from muxplm.training.loop import ShardedBatches
+
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.randint(5, 60, (1000,), generator=generator).tolist()
+    plain = ShardedBatches(1000, 16, 2, 0, seed=3)
+    grouped = [ShardedBatches(1000, 16, 2, rank, seed=3, lengths=lengths) for rank in (0, 1)]
+    per_epoch = plain.batches_per_epoch
+    epoch = [i for m in range(per_epoch) for sampler in grouped for i in sampler.indices(m)]
+    assert len(epoch) == len(set(epoch)) == per_epoch * 32  # every example at most once, the tail skipped
+
+    def padded(sampler):  # tokens of a batch padded to its longest, over one epoch
+        return sum(len(ids) * max(lengths[i] for i in ids) for ids in map(sampler.indices, range(per_epoch)))
+
+    assert padded(grouped[0]) < 0.8 * padded(plain)
+    assert grouped[0].indices(per_epoch) != grouped[0].indices(0)  # another order the next epoch
+    again = ShardedBatches(1000, 16, 2, 0, seed=3, lengths=lengths)
+    assert [again.indices(m) for m in (7, 3, per_epoch + 1)] == [grouped[0].indices(m) for m in (7, 3, per_epoch + 1)]
+    run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(tmp_path / "run"), num_instances=2,
+                          max_train_examples=64, max_eval_examples=16, max_steps=3, group_by_length=True, **MICRO))
+    assert len(read_log(tmp_path / "run")) == 3

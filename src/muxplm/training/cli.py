@@ -129,6 +129,8 @@ def _training_flags(parser: argparse.ArgumentParser) -> None:
     optim.add_argument("--max-length", type=int, help="sequence length in tokens")
     optim.add_argument("--seed", type=int)
     optim.add_argument("--mixed-precision", choices=MIXED_PRECISION)
+    optim.add_argument("--group-by-length", action="store_const", const=True,
+                       help="batches of similar lengths: less padding, a cheaper step (order still random)")
     optim.add_argument("--dataloader-workers", type=int,
                        help="processes that collate batches ahead of the step (default: 2 on a GPU, 0 on a CPU)")
     run = parser.add_argument_group("run")

@@ -81,6 +81,8 @@ class TrainConfig:
     weight_decay: float | None = None
     adam_eps: float = 1e-6
     max_grad_norm: float = 1.0
+    # batches of similar lengths (less padding; sorted within pools of 50 batches, then shuffled)
+    group_by_length: bool | None = None  # None: the recipe's (off unless it says otherwise)
     max_length: int | None = None
     seed: int = 42
     mixed_precision: str = "no"
@@ -174,6 +176,8 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> Tr
         values["warmup_ratio"] = 0.0
     if values["consistency_weight"] is None:
         values["consistency_weight"] = 0.0
+    if values["group_by_length"] is None:
+        values["group_by_length"] = False
     if values["eval_batch_size"] is None:
         values["eval_batch_size"] = max(values["batch_size"], 64)
     resolved = TrainConfig(**values)

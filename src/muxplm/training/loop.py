@@ -64,9 +64,16 @@ def process_state():
 class ShardedBatches:
     """Deterministic per-rank batches: micro-batch ``m`` is slice ``rank`` of global batch
     ``m`` of a permutation drawn per epoch from ``seed`` (a batch is never split unevenly;
-    the tail of an epoch that does not fill a global batch is skipped)."""
+    the tail of an epoch that does not fill a global batch is skipped).
 
-    def __init__(self, num_examples: int, batch_size: int, world_size: int, rank: int, seed: int):
+    With ``lengths`` (``--group-by-length``), each run of ``LENGTH_POOL`` global batches of the
+    permutation is sorted by length before it is cut into batches, and the batches are then
+    shuffled: batches of similar lengths, so less padding, in random order."""
+
+    LENGTH_POOL = 50
+
+    def __init__(self, num_examples: int, batch_size: int, world_size: int, rank: int, seed: int,
+                 lengths: list[int] | None = None):
         if num_examples < 1:
             raise ValueError("the training set is empty")
         self.num_examples = num_examples
@@ -76,13 +83,24 @@ class ShardedBatches:
         self.seed = seed
         self.global_batch = batch_size * world_size
         self.batches_per_epoch = max(1, num_examples // self.global_batch)
+        self.lengths = torch.as_tensor(lengths) if lengths is not None and num_examples >= self.global_batch else None
         self._epoch, self._perm = -1, None
+
+    def _order(self, epoch: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        perm = torch.randperm(self.num_examples, generator=generator)
+        if self.lengths is None:
+            return perm
+        used = perm[: self.batches_per_epoch * self.global_batch]
+        pool = self.LENGTH_POOL * self.global_batch
+        chunks = [chunk[torch.argsort(self.lengths[chunk], descending=True, stable=True)] for chunk in used.split(pool)]
+        batches = torch.cat(chunks).view(self.batches_per_epoch, self.global_batch)
+        return batches[torch.randperm(self.batches_per_epoch, generator=generator)].flatten()
 
     def indices(self, micro_step: int) -> list[int]:
         epoch, position = divmod(micro_step, self.batches_per_epoch)
         if epoch != self._epoch:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            self._epoch, self._perm = epoch, torch.randperm(self.num_examples, generator=generator)
+            self._epoch, self._perm = epoch, self._order(epoch)
         start = position * self.global_batch + self.rank * self.batch_size
         # Modulo: a training set smaller than one global batch is cycled through.
         return self._perm[(start + torch.arange(self.batch_size)) % self.num_examples].tolist()
@@ -362,7 +380,8 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     if config.load_best_at_end and (run.evaluate is None or run.best_metric is None):
         raise ValueError("load_best_at_end needs an evaluation set to rank checkpoints, and this run has none")
     world, rank, main = accelerator.num_processes, accelerator.process_index, accelerator.is_main_process
-    sampler = ShardedBatches(len(run.train_set), config.batch_size, world, rank, config.seed)
+    lengths = [len(ids) for ids in run.train_set["input_ids"]] if config.group_by_length else None
+    sampler = ShardedBatches(len(run.train_set), config.batch_size, world, rank, config.seed, lengths)
     accumulation = config.gradient_accumulation_steps
     if config.max_steps is not None:
         total_steps = config.max_steps
