@@ -23,6 +23,18 @@ def classifier(model_class, n, seed=0, num_labels=3):
     return model_class(MuxBertConfig(**MICRO_CONFIG, num_instances=n, num_labels=num_labels, **mux))
 
 
+def two_compositions(model, batch, seed):
+    """The logits of ``batch`` as it comes and of the shuffle CompositionConsistency draws after
+    ``torch.manual_seed(seed)``, both in batch order, by two separate forward passes."""
+    torch.manual_seed(seed)
+    shuffle = torch.randperm(batch["input_ids"].shape[0])
+    with torch.no_grad():
+        first = model(**batch).logits
+        second = torch.empty_like(first)
+        second[shuffle] = model(**{key: value[shuffle] for key, value in batch.items()}).logits
+    return first, second
+
+
 def test_symmetric_kl_is_zero_for_equal_and_symmetric_otherwise():
     a, b = torch.randn(4, 3), torch.randn(4, 3)
     assert torch.allclose(symmetric_kl(a, a), torch.zeros(4), atol=1e-6)
@@ -38,12 +50,7 @@ def test_sentence_loss_is_the_task_loss_of_both_compositions_plus_their_disagree
     batch = dict(random_batch(6), labels=torch.tensor([0, 1, 2, 0, 1, 2]))
     torch.manual_seed(5)
     output = CompositionConsistency(weight)(model, batch)
-    torch.manual_seed(5)
-    shuffle = torch.randperm(6)
-    with torch.no_grad():
-        first = model(**batch).logits
-        second = torch.empty_like(first)
-        second[shuffle] = model(**{k: v[shuffle] for k, v in batch.items()}).logits
+    first, second = two_compositions(model, batch, seed=5)
     labels = batch["labels"]
     task = 0.5 * (F.cross_entropy(first, labels) + F.cross_entropy(second, labels))
     gap = symmetric_kl(first, second).mean()
@@ -67,12 +74,7 @@ def test_token_disagreement_counts_labelled_positions_only_and_trains_the_model(
     labels[:, 3:] = -100
     torch.manual_seed(1)
     output = CompositionConsistency(1.0)(model, dict(batch, labels=labels))
-    torch.manual_seed(1)
-    shuffle = torch.randperm(4)
-    with torch.no_grad():
-        first = model(**batch).logits
-        second = torch.empty_like(first)
-        second[shuffle] = model(**{k: v[shuffle] for k, v in batch.items()}).logits
+    first, second = two_compositions(model, batch, seed=1)
     assert torch.allclose(output.disagreement, symmetric_kl(first[:, :3], second[:, :3]).mean(), atol=1e-5)
     output.loss.backward()
     assert all(p.grad is not None for p in model.bert.encoder.parameters())
