@@ -58,7 +58,9 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", required=True, help="comma-separated row keys of the baseline")
     args = parser.parse_args(argv)
     runs = run_points(args.grid)
-    points = baseline_points(args.baseline, args.rows.split(","), {p["task"] for p in runs}) + runs
+    varied = {(p["task"], p["num_instances"]) for p in runs}
+    points = [p for p in baseline_points(args.baseline, args.rows.split(","), {task for task, _ in varied})
+              if (p["task"], p["num_instances"]) in varied] + runs
     panels = sorted({(p["task"], p["num_instances"]) for p in points})
 
     lines = [f"Runs of `sweep.py {args.grid}` (5 composition seeds each) and the reproduction rows they vary (2 x N epochs, no consistency term) "
