@@ -260,7 +260,8 @@ def test_a_setting_newer_than_a_saved_stage_matches_the_value_that_reproduces_it
     folder = tmp_path / "stage"
     folder.mkdir()
     saved = TrainConfig(output_dir=str(folder), task="sentiment", lr=2e-4).to_dict()
-    del saved["min_steps"], saved["sentence_pooling"]  # trained before these settings existed
+    # trained before these settings existed
+    del saved["min_steps"], saved["sentence_pooling"], saved["consistency_weight"], saved["group_by_length"]
     (folder / "train_config.json").write_text(json.dumps(saved))
     (folder / "train_results.json").write_text("{}")
     same = dict(output_dir=str(folder), task="sentiment", lr=2e-4)
@@ -268,3 +269,6 @@ def test_a_setting_newer_than_a_saved_stage_matches_the_value_that_reproduces_it
     assert _finished_with(TrainConfig(**same))  # left unset, a newer setting matches
     assert not _finished_with(TrainConfig(**same, min_steps=600))
     assert not _finished_with(TrainConfig(**same, sentence_pooling="mean"))
+    assert _finished_with(TrainConfig(**same, consistency_weight=0.0, group_by_length=False))
+    assert not _finished_with(TrainConfig(**same, consistency_weight=4.0))
+    assert not _finished_with(TrainConfig(**same, group_by_length=True))
