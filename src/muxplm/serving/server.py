@@ -16,9 +16,9 @@ from typing import Annotated, Literal, Optional, Union
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.routing import Route
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
 from pydantic_core import to_json
+from starlette.routing import Route
 
 from .batcher import BatcherClosedError, DynamicBatcher, QueueFullError
 from .metrics import ServingMetrics
