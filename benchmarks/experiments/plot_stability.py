@@ -33,6 +33,7 @@ def run_points(grid: str) -> list[dict]:
             "task": s["task"], "weight": s.get("consistency_weight", 0.0), "teacher": bool(s.get("teacher")),
             "epochs": s.get("num_epochs"), "score": 100 * measured["mean"], "std": 100 * measured["std"],
             "changed": 100 * measured["changed_across_seeds"], "wall_seconds": settings["wall_seconds"],
+            "threads": settings.get("threads"),
         })
     return points
 
@@ -47,7 +48,7 @@ def baseline_points(results: Path, rows: list[str], tasks: set[str]) -> list[dic
                 points.append({"run": f"{key} (reproduction)", "num_instances": row["num_instances"], "task": task,
                                "weight": 0.0, "teacher": False, "epochs": None, "score": score["mean"],
                                "std": score["std"], "changed": 100 * score["changed_across_seeds"],
-                               "wall_seconds": None})
+                               "wall_seconds": None, "threads": None})
     return points
 
 
@@ -66,12 +67,12 @@ def main(argv=None) -> None:
     lines = [f"Runs of `sweep.py {args.grid}` (5 composition seeds each) and the reproduction rows they vary (2 x N epochs, no consistency term) "
              f"(`{args.baseline}`); written by `plot_stability.py {args.grid}`.", "",
              "| task | N | run | consistency weight | teacher | epochs | score (mean ± std) "
-             "| predictions changed by composition | wall (s, 1 thread) |", "|---|---|---|---|---|---|---|---|---|"]
+             "| predictions changed by composition | wall (s, torch threads) |", "|---|---|---|---|---|---|---|---|---|"]
     for task, n in panels:
         for p in sorted((p for p in points if (p["task"], p["num_instances"]) == (task, n)),
                         key=lambda p: (p["wall_seconds"] is not None, p["run"])):
             epochs = "-" if p["epochs"] is None else f"{p['epochs']:g}"
-            wall = "-" if p["wall_seconds"] is None else str(round(p["wall_seconds"]))
+            wall = "-" if p["wall_seconds"] is None else f"{round(p['wall_seconds'])} ({p['threads']})"
             teacher = "yes" if p["teacher"] else "no"
             lines.append(f"| {task} | {n} | {p['run']} | {p['weight']:g} | {teacher} | {epochs} | "
                          f"{p['score']:.1f} ± {p['std']:.1f} | {p['changed']:.1f} % | {wall} |")

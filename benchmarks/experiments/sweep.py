@@ -247,7 +247,7 @@ def reproduced(stage_dir: Path, **changes):
 # (NER). Consistency against task distillation from the plain MiniLM fine-tuned on the task.
 GRIDS["convert-consistency"] = {
     f"n{n}-{task}-{name}": reproduced(CONVERTED / f"convert-minilm-{n}" / f"3-{task}", **kw)
-    for n, task in ((2, "trec"), (2, "sentiment"), (5, "ner"))
+    for n, task in ((2, "trec"), (2, "sentiment"), (5, "ner"), (5, "pos"))
     for name, kw in {"cons1": dict(consistency_weight=1.0),
                      "kd": dict(teacher=str(CONVERTED / "minilm" / f"3-{task}"))}.items()
 }
