@@ -14,13 +14,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 STATE_FILE = "trainer_state.json"
@@ -47,21 +45,6 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
 
 def staging_dir(output_dir: str | Path, step: int) -> Path:
     return Path(output_dir) / f".tmp-checkpoint-{step}"
-
-
-def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def write_json_atomic(path: Path, payload: Any) -> None:

@@ -13,6 +13,7 @@ import csv
 import json
 import math
 import os
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate import Accelerator
 from transformers import get_linear_schedule_with_warmup
@@ -264,11 +266,16 @@ def _seed_collator(collate, seed: int) -> None:
 @contextlib.contextmanager
 def _rng_preserved():
     """Evaluation must not shift the training RNG streams (exact resume depends on it)."""
-    state = ckpt.rng_state()
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+             torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
     try:
         yield
     finally:
-        ckpt.set_rng_state(state)
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        torch.set_rng_state(state[2])
+        if state[3] is not None:
+            torch.cuda.set_rng_state_all(state[3])
 
 
 class StepStats:
