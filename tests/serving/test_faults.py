@@ -214,7 +214,9 @@ def test_sigterm_mid_burst_answers_every_accepted_request_and_exits_cleanly(sent
         clients = [threading.Thread(target=client, args=(i,)) for i in range(40)]
         for thread in clients:
             thread.start()
-        time.sleep(0.1)  # the burst is arriving
+        arriving = time.monotonic() + 30
+        while not outcomes and time.monotonic() < arriving:  # the burst has reached the server (a loaded
+            time.sleep(0.01)                                  # machine may take longer than a fixed wait)
         server.send_signal(signal.SIGTERM)
         for thread in clients:
             thread.join(40)
