@@ -1,5 +1,5 @@
 """Where a model runs: one check of a requested device and dtype for every command that runs
-a model (serve, evaluate)."""
+a model (serve, evaluate), and what a forward pass may read back from that device."""
 
 from __future__ import annotations
 
@@ -23,3 +23,13 @@ def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tupl
     if dtype == torch.float16 and device.type == "cpu":
         raise ValueError("float16 inference needs a CUDA device; on CPU use float32 or bfloat16")
     return device, dtype
+
+
+def host_checks_wanted(tensor: torch.Tensor, training: bool) -> bool:
+    """Whether the host may read values that live on the device (a range check, a boolean
+    selection whose size depends on the data): always for CPU tensors (free) and outside
+    training (a clear error or a compact output is worth one sync); not in a training step on an
+    accelerator, whose batches come from the stage's own tokenizer and collators (checked when
+    the stage starts), so that the step does not wait for the host. The losses then take their
+    fixed-shape forms (every position scored, the unscored ones weighted out)."""
+    return tensor.device.type == "cpu" or not training

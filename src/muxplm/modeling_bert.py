@@ -8,6 +8,7 @@ from transformers.models.bert.modeling_bert import BertEmbeddings, BertEncoder, 
 
 from .configuration import MuxBertConfig
 from .demux import build_demux
+from .devices import host_checks_wanted
 from .modeling_mux import (
     MuxBackboneMixin,
     MuxHeadMixin,
@@ -93,12 +94,20 @@ class MuxBertForMaskedLM(MuxHeadMixin, MuxBertPreTrainedModel):
     ) -> MuxPreTrainingOutput:
         """Without ``labels``: logits for every position, ``[B, L, V]``. With ``labels``
         (``-100`` = not masked): only the masked positions are demultiplexed and scored,
-        logits ``[M, V]`` in row-major order of ``labels != -100``."""
+        logits ``[M, V]`` in row-major order of ``labels != -100``; except in a training step
+        on an accelerator, which scores every position (``[B, L, V]``, as Transformers'
+        BertForMaskedLM) so that no shape depends on the data and the step never waits for the host."""
         state = self._multiplex(input_ids, attention_mask, token_type_ids, composition_seed=composition_seed)
         if labels is None:
             return MuxPreTrainingOutput(logits=self.cls(state.demux_rows()))
         validate_labels(labels, tuple(input_ids.shape), "masked language modelling")
         selected = labels != -100
+        if not host_checks_wanted(labels, self.training):
+            logits = self.cls(state.demux_rows())
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+            output = mix_retrieval(self, loss / selected.sum().clamp(min=1), state)
+            output.logits = logits
+            return output
         logits = self.cls(state.demux_where(selected))
         targets = labels[selected]
         check_class_ids(targets, self.config.vocab_size, "vocabulary ids (MLM labels: a token id, or -100)",

@@ -100,10 +100,10 @@ class MuxElectraForPreTraining(MuxHeadMixin, MuxElectraPreTrainedModel):
         counted = labels != -100
         if attention_mask is not None:
             counted &= attention_mask.bool()
-        if counted.any():
-            bce = F.binary_cross_entropy_with_logits(logits[counted], labels[counted].to(logits.dtype))
-        else:
-            bce = logits.sum() * 0.0
+        # A weighted mean rather than a boolean selection: no shape depends on the data (no
+        # host sync on an accelerator), and a batch without a counted token gives a zero loss.
+        per_token = F.binary_cross_entropy_with_logits(logits, labels.clamp(min=0).to(logits.dtype), reduction="none")
+        bce = (per_token * counted).sum() / counted.sum().clamp(min=1)
         output = mix_retrieval(self, self.config.discriminator_loss_weight * bce, state)
         output.logits = logits
         return output

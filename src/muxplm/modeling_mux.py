@@ -26,6 +26,7 @@ from transformers.utils import ModelOutput
 
 from .configuration import IDENTITY_FIELDS
 from .demux import Demultiplexer
+from .devices import host_checks_wanted
 from .grouping import GroupPlan, plan_groups
 from .mux import Multiplexer
 
@@ -96,14 +97,6 @@ class MuxPreTrainingOutput(ModelOutput):
 def _check_same_shape(name: str, tensor: torch.Tensor | None, shape: torch.Size) -> None:
     if tensor is not None and tuple(tensor.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {tuple(tensor.shape)} but input_ids has shape {tuple(shape)}")
-
-
-def host_checks_wanted(tensor: torch.Tensor, training: bool) -> bool:
-    """Whether to check values that live on the device from the host: always for CPU tensors
-    (free) and outside training (a clear error is worth one sync); not in a training step on an
-    accelerator, whose batches come from the stage's own tokenizer and collators (checked when
-    the stage starts), so that the step does not wait for the host."""
-    return tensor.device.type == "cpu" or not training
 
 
 def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None, training: bool = False) -> None:
@@ -222,6 +215,9 @@ class MuxBackboneMixin:
         num_slots, length = slot_ids.shape
         device = slot_ids.device
         prefix = self.demux.num_prefix_tokens
+        # Transformers skips an all-ones mask after reading it on the host; a training step on an
+        # accelerator always passes the mask instead of waiting for that read.
+        may_skip_mask = host_checks_wanted(slot_ids, self.training)
         if prefix:
             # T-MUX: prepend the prefix and embed it together with the tokens, once.
             words = self.embeddings.word_embeddings(slot_ids)
@@ -242,7 +238,8 @@ class MuxBackboneMixin:
             # A slot with no real token (a filler) attends everywhere so that its states stay
             # finite; it is zeroed below like every filler.
             attend = full_mask | ~full_mask.any(dim=1, keepdim=True)
-            slot_attention = create_bidirectional_mask(config=config, inputs_embeds=hidden, attention_mask=attend)
+            slot_attention = create_bidirectional_mask(config=config, inputs_embeds=hidden, attention_mask=attend,
+                                                       allow_is_bidirectional_skip=may_skip_mask)
             for layer in layers[:unmuxed]:
                 hidden = layer(hidden, slot_attention)
         # Fillers contribute nothing to the mixture.
@@ -251,7 +248,8 @@ class MuxBackboneMixin:
         hidden = self.mux(hidden.reshape(-1, n, prefix + length, hidden.shape[-1]), grouped_mask)
         # A position is attended if any instance of the group has a real token there.
         encoder_mask = create_bidirectional_mask(
-            config=config, inputs_embeds=hidden, attention_mask=grouped_mask.any(dim=1)
+            config=config, inputs_embeds=hidden, attention_mask=grouped_mask.any(dim=1),
+            allow_is_bidirectional_skip=may_skip_mask,
         )
         all_hidden = (hidden,) if output_hidden_states else None
         for layer in layers[unmuxed:]:
@@ -480,11 +478,17 @@ def retrieval_targets(state: MuxState) -> tuple[torch.Tensor, torch.Tensor, torc
     return slots, positions, labels
 
 
-def retrieval_loss(head: RetrievalHead, state: MuxState, in_batch: bool = False) -> MuxRetrievalOutput:
+def retrieval_loss(head: RetrievalHead, state: MuxState, in_batch: bool = False,
+                   training: bool = False) -> MuxRetrievalOutput:
     """Cross-entropy of the sampled retrieval targets. ``in_batch``: the softmax runs over the
     distinct tokens of the batch (all instances), not the vocabulary; ``logits`` then has one
-    column per such token, and ``accuracy`` is still over token ids."""
+    column per such token, and ``accuracy`` is still over token ids. ``logits`` and ``labels``
+    hold the scored targets only, except in a training step on an accelerator
+    (:func:`host_checks_wanted`), where every sampled position is scored, ``labels`` is ``-100``
+    at the unscored ones and ``in_batch`` columns repeat tokens with their repeats masked out."""
     slots, positions, labels = retrieval_targets(state)
+    if not host_checks_wanted(labels, training):
+        return _fixed_shape_retrieval_loss(head, state, slots, positions, labels, in_batch)
     keep = labels != -100
     states = state.demux_slots(slots[keep], positions[keep])
     targets = labels[keep]
@@ -501,6 +505,31 @@ def retrieval_loss(head: RetrievalHead, state: MuxState, in_batch: bool = False)
     return MuxRetrievalOutput(loss=loss, logits=logits, labels=targets, accuracy=accuracy.detach())
 
 
+def _fixed_shape_retrieval_loss(head, state, slots, positions, labels, in_batch: bool) -> MuxRetrievalOutput:
+    """:func:`retrieval_loss` without a shape that depends on the data (no host sync): the same
+    loss and accuracy."""
+    keep = labels != -100
+    states = state.demux_slots(slots, positions)
+    if in_batch:
+        # Every slot token is a column (sorted); padding and repeats get no probability, so the
+        # softmax runs over the distinct real tokens, as torch.unique's would.
+        candidates = state.slot_input_ids.masked_fill(~state.slot_mask, -1).flatten().sort().values
+        unused = candidates < 0
+        unused[1:] |= candidates[1:] == candidates[:-1]
+        logits = head(states, candidates.clamp(min=0))
+        logits = logits.masked_fill(unused, torch.finfo(logits.dtype).min)
+        columns = torch.searchsorted(candidates, labels).masked_fill(~keep, -100)  # first of the repeats
+        loss = F.cross_entropy(logits, columns, ignore_index=-100, reduction="sum")
+        predicted = candidates[logits.argmax(-1)]
+    else:
+        logits = head(states)
+        loss = F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
+        predicted = logits.argmax(-1)
+    counted = keep.sum().clamp(min=1)
+    accuracy = ((predicted == labels) & keep).sum() / counted
+    return MuxRetrievalOutput(loss=loss / counted, logits=logits, labels=labels, accuracy=accuracy.detach())
+
+
 def _in_batch_softmax(model) -> bool:
     """The cheap in-batch softmax is a training device: evaluation always scores the vocabulary."""
     return model.training and model.config.retrieval_softmax == "in_batch"
@@ -511,7 +540,7 @@ def mix_retrieval(model, task_loss: torch.Tensor, state: MuxState) -> MuxPreTrai
     weight = model.config.retrieval_loss_weight
     if not weight:
         return MuxPreTrainingOutput(loss=task_loss, task_loss=task_loss)
-    aux = retrieval_loss(model.retrieval_head, state, in_batch=_in_batch_softmax(model))
+    aux = retrieval_loss(model.retrieval_head, state, in_batch=_in_batch_softmax(model), training=model.training)
     return MuxPreTrainingOutput(
         loss=(1 - weight) * task_loss + weight * aux.loss,
         task_loss=task_loss,
@@ -553,7 +582,7 @@ class MuxRetrievalMixin(MuxHeadMixin):
         **kwargs,
     ) -> MuxRetrievalOutput:
         state = self._multiplex(input_ids, attention_mask, token_type_ids, composition_seed=composition_seed)
-        output = retrieval_loss(self.retrieval_head, state, in_batch=_in_batch_softmax(self))
+        output = retrieval_loss(self.retrieval_head, state, in_batch=_in_batch_softmax(self), training=self.training)
         if output_demuxed:  # through forward, so that a DDP wrapper sees the whole computation
             output.last_hidden_state = state.plan.reduce_copies(state.demux_rows())
         return output
@@ -623,11 +652,17 @@ def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Ten
     return F.cross_entropy(logits, labels)
 
 
-def check_class_ids(labels: torch.Tensor, num_labels: int, what: str = "classes", training: bool = False) -> None:
-    """Refuse labels outside ``[0, num_labels)`` here (on CUDA they would be a device assert)."""
+def check_class_ids(labels: torch.Tensor, num_labels: int, what: str = "classes", training: bool = False,
+                    ignore_index: int | None = None) -> None:
+    """Refuse labels outside ``[0, num_labels)`` (``ignore_index`` aside) here: on CUDA they
+    would be a device assert."""
     if labels.dtype.is_floating_point:
         raise ValueError("classification labels must be integer class ids (float labels mean regression: num_labels=1)")
-    if labels.numel() == 0 or not host_checks_wanted(labels, training):
+    if not host_checks_wanted(labels, training):
+        return
+    if ignore_index is not None:
+        labels = labels[labels != ignore_index]
+    if labels.numel() == 0:
         return
     low, high = torch.aminmax(labels)
     if low < 0 or high >= num_labels:
@@ -656,6 +691,6 @@ class MuxTokenClassificationMixin(_LinearHeadMixin):
         loss = None
         if labels is not None:
             validate_labels(labels, tuple(input_ids.shape), "token classification")
-            check_class_ids(labels[labels != -100], self.config.num_labels, training=self.training)
+            check_class_ids(labels, self.config.num_labels, training=self.training, ignore_index=-100)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
         return TokenClassifierOutput(loss=loss, logits=logits)

@@ -14,6 +14,7 @@ from transformers import initialization as init
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.masking_utils import create_bidirectional_mask
 
+from .devices import host_checks_wanted
 from .registry import Registry
 
 MUX_REGISTRY = Registry("mux_type")
@@ -141,8 +142,10 @@ class ContextualMux(GaussianHadamardMux):
         # Filler slots have no token to attend to; let them attend everywhere (no NaN
         # from an all-masked softmax) and zero their output afterwards.
         token_mask = mask | ~has_tokens[..., None]
+        may_skip = host_checks_wanted(x, self.training)  # see MuxBackboneMixin.encode_slots
         ctx_mask = create_bidirectional_mask(
-            config=self.config, inputs_embeds=flat, attention_mask=token_mask.reshape(g * n, l)
+            config=self.config, inputs_embeds=flat, attention_mask=token_mask.reshape(g * n, l),
+            allow_is_bidirectional_skip=may_skip,
         )
         ctx = self.context_layer(flat, ctx_mask).view(g, n, l, h) * has_tokens[..., None, None].to(x.dtype)
         keyed = ctx * self.keys[None, :, None, :].to(x.dtype)
@@ -151,6 +154,7 @@ class ContextualMux(GaussianHadamardMux):
         slot_mask = mask.transpose(1, 2).reshape(g * l, n)
         # A position where no instance has a token still needs one attendable slot.
         slot_mask = slot_mask | ~slot_mask.any(dim=-1, keepdim=True)
-        inst_mask = create_bidirectional_mask(config=self.config, inputs_embeds=across, attention_mask=slot_mask)
+        inst_mask = create_bidirectional_mask(config=self.config, inputs_embeds=across, attention_mask=slot_mask,
+                                              allow_is_bidirectional_skip=may_skip)
         mixed = self.instance_layer(across, inst_mask).view(g, l, n, h).transpose(1, 2)
         return (keyed + mixed) * has_tokens[..., None, None].to(x.dtype)

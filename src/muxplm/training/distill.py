@@ -63,16 +63,18 @@ class TaskDistillation:
         output = model(**batch)
         with torch.no_grad():
             target = self.teacher(**{key: batch[key] for key in _INPUTS if key in batch}).logits
-        student = output.logits
-        if student.dim() == 3:  # token task: the positions that carry a label
-            keep = batch["labels"] != -100
-            student, target = student[keep], target[keep]
+        student, target = output.logits.float(), target.float()
         if student.shape[-1] == 1:  # regression
-            soft = F.mse_loss(student.float(), target.float())
+            soft = F.mse_loss(student, target)
         else:
             t = self.temperature
-            soft = F.kl_div(F.log_softmax(student.float() / t, -1), F.log_softmax(target.float() / t, -1),
-                            log_target=True, reduction="batchmean") * t * t
+            per_row = F.kl_div(F.log_softmax(student / t, -1), F.log_softmax(target / t, -1), log_target=True,
+                               reduction="none").sum(-1) * t * t
+            if per_row.dim() == 2:  # token task: the mean over the labelled positions, weighted (no host sync)
+                labelled = (batch["labels"] != -100).to(per_row.dtype)
+                soft = (per_row * labelled).sum() / labelled.sum().clamp(min=1)
+            else:
+                soft = per_row.mean()
         output.loss = (1 - self.weight) * output.loss + self.weight * soft
         return output
 
@@ -100,11 +102,12 @@ class StateDistillation:
     def __call__(self, model, batch: dict[str, torch.Tensor]) -> MuxRetrievalOutput:
         inputs = {key: batch[key] for key in _INPUTS if key in batch}
         aux = model(**inputs, output_demuxed=True)  # the model's own forward (a DDP wrapper syncs it)
-        real = inputs["attention_mask"].bool()
-        student = aux.last_hidden_state[real]
+        real = inputs["attention_mask"].to(torch.float32)
         with torch.no_grad():
-            target = self.teacher(**inputs).last_hidden_state[real]
-        similarity = F.cosine_similarity(student.float(), target.float(), dim=-1).mean()
+            target = self.teacher(**inputs).last_hidden_state
+        # The mean over real tokens as a weighted sum: no data-dependent shape, so no host sync.
+        per_token = F.cosine_similarity(aux.last_hidden_state.float(), target.float(), dim=-1)
+        similarity = (per_token * real).sum() / real.sum().clamp(min=1)
         aux.loss = (1 - self.weight) * aux.loss + self.weight * (1 - similarity)
         aux.similarity = similarity.detach()  # a declared output field: logged as a curve
         return aux
