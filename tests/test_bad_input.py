@@ -126,7 +126,7 @@ def test_mlm_labels_outside_the_vocabulary_are_refused():
 
 
 def test_device_values_are_checked_on_the_host_except_in_a_training_step_on_an_accelerator():
-    from muxplm.modeling_mux import host_checks_wanted
+    from muxplm.devices import host_checks_wanted
 
     assert host_checks_wanted(torch.zeros(2), training=True)  # CPU: free
     on_device = torch.zeros(2, device="meta")  # stands for a CUDA tensor: reading it would sync

@@ -39,6 +39,38 @@ def test_flags_override_the_config_file(tmp_path):
     assert config_from_args(args).batch_size == 4 and config_from_args(args).stage == "retrieval"
 
 
+
+def test_the_training_flags_are_built_from_the_config_dataclass(tmp_path, capsys):
+    import dataclasses
+
+    from muxplm.cli import build_parser
+    from muxplm.training.config import TrainConfig
+
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["finetune", "--help"])
+    shown = capsys.readouterr().out
+    for field in dataclasses.fields(TrainConfig):
+        assert f"--{field.name.replace('_', '-')}" in shown and f"--{field.name}" in shown, field.name
+    # A flag given with its default's value still wins over the file; unset flags leave it alone.
+    settings = _write(tmp_path / "run.json", json.dumps({"seed": 3, "progress": False, "lr": 1e-3}))
+    args = parser.parse_args(["finetune", "--task", "sentiment", "--config", settings, "--seed", "42",
+                              "--output-dir", "x", "--group-by-length", "--model-overrides", '{"num_hidden_layers": 2}'])
+    config = config_from_args(args)
+    assert (config.seed, config.progress, config.lr, config.group_by_length) == (42, False, 1e-3, True)
+    assert config.model_overrides == {"num_hidden_layers": 2}
+    assert config_from_args(parser.parse_args(["finetune", "--task", "sentiment", "--output-dir", "x",
+                                               "--no-progress"])).progress is False
+    assert config_from_args(parser.parse_args(["finetune", "--task", "sentiment", "--output_dir", "x"])).lr is None
+    for argv, message in ((["pretrain", "--stage", "mlm", "--task", "sentiment", "--output-dir", "x"], "fine-tuning"),
+                          (["finetune", "--stage", "mlm", "--task", "sentiment", "--output-dir", "x"], "pretrain")):
+        with pytest.raises(ValueError, match=message):
+            config_from_args(parser.parse_args(argv))
+    with pytest.raises(SystemExit):
+        parser.parse_args(["finetune", "--model-overrides", "{not json", "--output-dir", "x"])
+    assert "--model-overrides" in capsys.readouterr().err
+
+
 def test_finetune_local_files_then_evaluate_via_cli(tmp_path, sentiment_files):
     train, valid = sentiment_files
     out = tmp_path / "local"

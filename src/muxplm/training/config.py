@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..configuration import RETRIEVAL_SOFTMAX, SENTENCE_POOLING
+from ..configuration import DEMUX_TYPES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
 
 STAGES = ("retrieval", "mlm", "electra", "finetune")
 PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
@@ -21,80 +21,113 @@ FAMILIES = ("bert", "electra")
 MIXED_PRECISION = ("no", "bf16", "fp16", "auto")
 
 
+class JSONObject(dict):
+    """A mapping that a flag gives as JSON text (``--model-overrides '{"num_hidden_layers": 2}'``)."""
+
+    def __init__(self, value=(), /, **kwargs):
+        if isinstance(value, str):
+            value = json.loads(value)  # a ValueError: argparse reports the flag's value as invalid
+            if not isinstance(value, dict):
+                raise ValueError("expected a JSON object")
+        super().__init__(value, **kwargs)
+
+
+def setting(default: Any = None, help: str | None = None, **flag: Any) -> Any:
+    """A :class:`TrainConfig` field with its command-line help and argparse options
+    (HfArgumentParser reads them from the field's metadata)."""
+    metadata = {"help": help, **flag}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class TrainConfig:
     """Everything one training run needs. Field names match the CLI flags (``--max-steps`` ->
-    ``max_steps``) and the keys of a ``--config`` file."""
+    ``max_steps``; the flags are built from these fields) and the keys of a ``--config`` file.
+    ``None`` means the recipe's value for the stage and model size (:func:`resolve`)."""
 
-    stage: str = "finetune"
-    output_dir: str = "runs/muxplm"
+    stage: str = setting("finetune", "pretrain: retrieval, mlm (MUX-BERT) or electra (MUX-ELECTRA)",
+                         choices=STAGES)
+    output_dir: str = setting("runs/muxplm", "where checkpoints, logs and the final model go")
     # model: a size preset (fresh weights), a MUX checkpoint, or a plain BERT/ELECTRA encoder
-    preset: str | None = None
-    init: str | None = None
-    init_encoder: str | None = None
-    family: str | None = None  # bert | electra (default: from --init, else by stage)
-    num_instances: int | None = None
-    mux_type: str | None = None
-    demux_type: str | None = None
-    retrieval_loss_weight: float | None = None
-    retrieval_softmax: str | None = None  # full | in_batch (the model config's field; training only)
-    sentence_pooling: str | None = None  # first | mean (the model config's field)
-    num_unmuxed_layers: int | None = None  # partial multiplexing (the model config's field)
-    mux_key_norm: float | None = None  # the model config's field, for new MUX models
-    dropout: float | None = None
-    model_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. {"num_hidden_layers": 2}
-    tokenizer: str | None = None
-    # distillation from a plain (N = 1) teacher: a fine-tuned classifier (finetune: soft labels)
-    # or a plain encoder (retrieval: its per-instance states)
-    teacher: str | None = None
-    distill_temperature: float = 2.0
-    distill_weight: float = 0.5
-    # fine-tuning: weight of the disagreement between two compositions of every batch (0 = off;
-    # None: the recipe's, which for the tiny preset turns it on for N > 1)
-    consistency_weight: float | None = None
+    preset: str | None = setting(help="fresh model of this size", choices=tuple(SIZE_PRESETS))
+    init: str | None = setting(help="start from this MUX checkpoint directory")
+    init_encoder: str | None = setting(help="warm-start from a plain BERT/ELECTRA directory")
+    family: str | None = setting(help="bert or electra (default: from --init, else by stage)", choices=FAMILIES)
+    num_instances: int | None = setting(help="N, inputs per forward pass (1 = plain baseline)")
+    # No fixed choices: any registered variant is accepted (the model config checks the registries).
+    mux_type: str | None = setting(help=f"multiplexer ({', '.join(MUX_TYPES)}, or a registered one)")
+    demux_type: str | None = setting(help=f"demultiplexer ({', '.join(DEMUX_TYPES)}, or a registered one)")
+    retrieval_loss_weight: float | None = setting(help="auxiliary retrieval loss weight r")
+    retrieval_softmax: str | None = setting(
+        help="retrieval loss over the vocabulary or over the batch's tokens (cheaper; training only)",
+        choices=RETRIEVAL_SOFTMAX)
+    sentence_pooling: str | None = setting(
+        help="sentence heads read the first position or each instance's mean over its tokens",
+        choices=SENTENCE_POOLING)
+    num_unmuxed_layers: int | None = setting(
+        help="partial multiplexing: leading encoder layers run on each instance before the mixture")
+    mux_key_norm: float | None = setting(help="L2 norm of the multiplexing keys (new MUX models)")
+    dropout: float | None = setting(help="hidden and attention dropout")
+    model_overrides: JSONObject = setting(JSONObject(), 'JSON model config overrides, e.g. \'{"num_hidden_layers": 2}\'')
+    tokenizer: str | None = setting(help="tokenizer directory (default: the checkpoint's, else MiniLM's vocab)")
+    teacher: str | None = setting(help="distil from this plain (N = 1) model: a fine-tuned classifier when "
+                                  "fine-tuning (soft labels), a plain encoder when priming (its per-instance states)")
+    distill_temperature: float = setting(2.0, "softmax temperature of the soft labels")
+    distill_weight: float = setting(0.5, "weight w of the distillation term")
+    consistency_weight: float | None = setting(
+        help="fine-tuning: encode every batch in two compositions and add this weight x the disagreement of "
+             "their predictions (steadier predictions whatever the companions; tiny recipe: 4 for N > 1; 0 = off)")
     # data
-    task: str | None = None
-    task_kind: str | None = None  # sentence | token, for local files
-    train_file: list[str] = field(default_factory=list)
-    validation_file: str | None = None
-    cache_dir: str | None = None
-    max_train_examples: int | None = None
-    max_eval_examples: int | None = None
-    corpus_max_words: int | None = None
-    corpus_sources: list[str] | None = None  # parts of the built-in corpus (default: all)
-    mlm_probability: float = 0.15
+    task: str | None = setting(help="finetune: built-in (sentiment, trec, pos, ner), hub (glue/sst2, conll2003, "
+                                    "ud/en_ewt), or a name for --train-file data")
+    task_kind: str | None = setting(help="kind of local --train-file data (default: by file extension)",
+                                    choices=("sentence", "token"))
+    train_file: list[str] = setting([], "pre-training text files, or a task's CSV/JSONL/CoNLL file")
+    validation_file: str | None = setting(help="a task's evaluation data (CSV/JSONL/CoNLL)")
+    cache_dir: str | None = setting(help="data cache (default: $MUXPLM_CACHE or the user cache)")
+    max_train_examples: int | None = setting(help="use at most this many training examples")
+    max_eval_examples: int | None = setting(help="evaluate on a fixed subset of this many examples")
+    corpus_max_words: int | None = setting(help="cap on the built-in pre-training corpus")
+    corpus_sources: list[str] | None = setting(help="parts of the built-in corpus to use (default: all)")
+    mlm_probability: float = setting(0.15, "share of each instance's tokens masked (mlm) or replaced (electra)")
     # optimisation
-    lr: float | None = None
-    # learning rate of a warm-started encoder's embeddings and layers (default: lr); the fresh
-    # mux/demux modules and heads keep lr
-    encoder_lr: float | None = None
-    batch_size: int | None = None  # per process, in instances
-    # per process, in multiplexed groups: batch_size = batch_groups x N (used when batch_size is unset)
-    batch_groups: int | None = None
-    eval_batch_size: int | None = None
-    gradient_accumulation_steps: int = 1
-    max_steps: int | None = None
-    num_epochs: float | None = None
-    min_steps: int | None = None  # training by epochs: at least this many steps (small data: more epochs)
-    warmup_ratio: float | None = None
-    warmup_steps: int | None = None
-    weight_decay: float | None = None
-    adam_eps: float = 1e-6
-    max_grad_norm: float = 1.0
-    # batches of similar lengths (less padding; sorted within pools of 50 batches, then shuffled)
-    group_by_length: bool | None = None  # None: the recipe's (off unless it says otherwise)
-    max_length: int | None = None
-    seed: int = 42
-    mixed_precision: str = "no"
-    dataloader_workers: int | None = None  # processes collating batches ahead (None: 2 on a GPU, 0 on a CPU)
+    lr: float | None = setting(help="peak learning rate (fresh modules and heads)")
+    encoder_lr: float | None = setting(help="learning rate of a warm-started encoder's embeddings and layers "
+                                            "(default: --lr)")
+    batch_size: int | None = setting(help="per process, in instances")
+    batch_groups: int | None = setting(help="per process, in multiplexed groups (batch = groups x N; used when "
+                                            "--batch-size is unset)")
+    eval_batch_size: int | None = setting(help="evaluation batch size, in instances")
+    gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step")
+    max_steps: int | None = setting(help="optimizer steps (instead of --num-epochs)")
+    num_epochs: float | None = setting(help="passes over the training data")
+    min_steps: int | None = setting(help="with --num-epochs: train at least this many steps (small data: more epochs)")
+    warmup_ratio: float | None = setting(help="share of the steps over which the learning rate rises")
+    warmup_steps: int | None = setting(help="warm-up as a step count (instead of --warmup-ratio)")
+    weight_decay: float | None = setting(help="AdamW weight decay")
+    adam_eps: float = setting(1e-6, "AdamW epsilon")
+    max_grad_norm: float = setting(1.0, "gradient clipping norm")
+    group_by_length: bool | None = setting(
+        help="batches of similar lengths: less padding, a cheaper step (sorted within pools of 50 batches, "
+             "then shuffled; default: off)", nargs="?", const=True)
+    max_length: int | None = setting(help="sequence length in tokens")
+    seed: int = setting(42, "seed of the data order, the masking and new weights")
+    mixed_precision: str = setting("no", "bf16 on CPU or GPU, fp16 on GPU (auto: bf16 where supported)",
+                                   choices=MIXED_PRECISION)
+    dataloader_workers: int | None = setting(
+        help="processes that collate batches ahead of the step (default: 2 on a GPU, 0 on a CPU)")
     # bookkeeping
-    eval_steps: int | None = None
-    save_steps: int | None = None
-    logging_steps: int | None = None
-    save_total_limit: int | None = 2  # newest checkpoints kept; the best-scoring one is kept too
-    load_best_at_end: bool = False  # final model = the checkpoint with the best evaluation
-    resume: bool = False
-    progress: bool = True
+    eval_steps: int | None = setting(help="evaluate every this many steps")
+    save_steps: int | None = setting(help="checkpoint every this many steps")
+    logging_steps: int | None = setting(help="log the training loss every this many steps")
+    save_total_limit: int | None = setting(2, "keep this many newest checkpoints (the best-scoring one is kept "
+                                              "as well)")
+    load_best_at_end: bool = setting(False, "end with the weights of the checkpoint that scored best on the "
+                                            "evaluation set")
+    resume: bool = setting(False, "continue from the latest checkpoint")
+    progress: bool = setting(True, "show a progress bar (--no-progress: none)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
