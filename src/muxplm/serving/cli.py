@@ -67,7 +67,7 @@ def _bench_arguments(parser) -> None:
     parser.add_argument("--out-dir", default="benchmarks/results/serve")
     parser.add_argument("--num-instances", type=_ints, default=(1, 2, 5, 10), help="e.g. 1,2,5,10")
     parser.add_argument("--concurrency", type=_ints, default=(1, 16, 64, 256), help="e.g. 1,16,64,256")
-    parser.add_argument("--requests", type=int, default=600, help="requests per concurrency level")
+    parser.add_argument("--requests", type=int, default=3000, help="requests per concurrency level")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per concurrency level at most")
     parser.add_argument("--words", type=int, default=40, help="words per request text")
     parser.add_argument("--preset", default="tiny", help="model size preset (tiny/small/base/large)")

@@ -139,17 +139,33 @@ class _Connection:
             self.reader = self.writer = None
 
 
+def steady_rate(completions: list[float], concurrency: int, first_idle: float) -> float | None:
+    """Requests/s while every client was busy: from the ``concurrency``-th completion (the
+    pipeline is full) to the moment the first client ran out of work (the drain begins).
+    Counting the ramp and the drain in would charge a fast server the same fixed latencies
+    over a shorter run. ``None`` when too few requests completed inside that window."""
+    if len(completions) <= concurrency:
+        return None
+    start = completions[concurrency - 1]
+    inside = sum(1 for t in completions[concurrency:] if t <= first_idle)
+    if inside < concurrency or first_idle <= start:
+        return None
+    return inside / (first_idle - start)
+
+
 async def _fire(url: str, texts: list[str], concurrency: int, time_limit: float) -> dict:
     """Send ``texts`` (one per request) over ``concurrency`` clients; stop early at ``time_limit``."""
     host, port = url.removeprefix("http://").split(":")
     latencies: list[float] = []
+    completions: list[float] = []
     errors = 0
     next_index = 0
+    first_idle = None
     started = time.perf_counter()
     deadline = started + time_limit
 
     async def worker():
-        nonlocal next_index, errors
+        nonlocal next_index, errors, first_idle
         connection = _Connection(host, int(port))
         try:
             while next_index < len(texts) and time.perf_counter() < deadline:
@@ -157,16 +173,22 @@ async def _fire(url: str, texts: list[str], concurrency: int, time_limit: float)
                 next_index += 1
                 sent = time.perf_counter()
                 status, _ = await connection.post("/predict", {"text": text})
+                done = time.perf_counter()
                 if status == 200:
-                    latencies.append(time.perf_counter() - sent)
+                    latencies.append(done - sent)
+                    completions.append(done)
                 else:
                     errors += 1
         finally:
+            if first_idle is None:
+                first_idle = time.perf_counter()
             await connection.close()
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
     latencies.sort()
+    overall = len(latencies) / elapsed
+    steady = steady_rate(completions, concurrency, first_idle)
 
     def percentile(q: float) -> float:
         return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000 if latencies else float("nan")
@@ -176,7 +198,8 @@ async def _fire(url: str, texts: list[str], concurrency: int, time_limit: float)
         "requests": len(latencies),
         "errors": errors,
         "seconds": elapsed,
-        "requests_per_s": len(latencies) / elapsed,
+        "requests_per_s": steady if steady is not None else overall,  # steady state where measurable
+        "requests_per_s_overall": overall,  # ramp and drain included
         "p50_ms": percentile(0.50),
         "p99_ms": percentile(0.99),
     }
@@ -209,7 +232,7 @@ def run_serve_bench(
     *,
     num_instances: tuple[int, ...] = (1, 2, 5, 10),
     concurrency: tuple[int, ...] = (1, 16, 64, 256),
-    requests_per_level: int = 600,
+    requests_per_level: int = 3000,
     time_limit: float = 30.0,
     words: int = 40,
     preset: str = "tiny",
@@ -261,7 +284,9 @@ def run_serve_bench(
         "torch_version": torch.__version__,
         "settings": {"preset": preset, "num_layers": num_layers, "words_per_text": words, "server_threads": threads,
                      "max_batch": max_batch, "max_wait_ms": max_wait_ms, "requests_per_level": requests_per_level,
-                     "time_limit_s": time_limit, "concurrency": list(concurrency), "backends": list(backends)},
+                     "time_limit_s": time_limit, "concurrency": list(concurrency), "backends": list(backends),
+                     "requests_per_s": "steady state: from the concurrency-th answer until the first client "
+                                       "runs out of work (requests_per_s_overall: the whole run)"},
         "runs": runs,
         "summary": summary,
     }
