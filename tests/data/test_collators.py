@@ -53,7 +53,7 @@ def test_padding_sentence_and_token_labels(tok):
     assert b["input_ids"].tolist() == [[101, 7, 102], [101, 102, tok.pad_token_id]]
     assert b["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
     assert b["labels"].tolist() == [1, 0] and b["labels"].dtype == torch.long
-    r = PaddingCollator(0)([{"input_ids": [1], "labels": 0.5}, {"input_ids": [1, 2], "labels": 1}])
+    r = PaddingCollator(tok)([{"input_ids": [1], "labels": 0.5}, {"input_ids": [1, 2], "labels": 1}])
     assert r["labels"].dtype == torch.float32 and r["labels"].tolist() == [0.5, 1.0]
     t = PaddingCollator(tok, pad_to_multiple_of=4)(
         [

@@ -1,8 +1,10 @@
 """Batch collators: padding, MLM masking and ELECTRA-style random replacement (torch only).
 
 Each takes a list of feature dicts (lists of ints, as the tokenization functions produce) and
-returns a dict of tensors. Masking is per instance, before any multiplexing, as the paper does.
-Token ids ([PAD], [MASK], specials) always come from the tokenizer.
+returns a dict of tensors; padding is Transformers' (``DataCollatorWithPadding`` /
+``DataCollatorForTokenClassification``), the corruption is ours: an exact count per instance
+from a seeded generator of the collator's own, so that a batch's masks depend on its index only.
+Masking is per instance, before any multiplexing, as the paper does. Token ids ([PAD], [MASK], specials) always come from the tokenizer.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
 __all__ = ["PaddingCollator", "MLMCollator", "ReplacedTokenCollator"]
 
@@ -17,50 +20,32 @@ IGNORE_INDEX = -100
 
 
 class PaddingCollator:
-    """Right-pad every list-valued feature to the longest in the batch.
-
-    ``input_ids`` pad with the tokenizer's pad id, ``labels`` with ``label_pad`` (-100, ignored
-    by the losses), everything else (attention_mask, token_type_ids, special_tokens_mask, ...)
-    with 0. Scalar features (sentence-task labels) become a 1-D tensor: float labels (regression)
-    float32, integer ones int64. Accepts a tokenizer or a pad token id.
+    """Right-pad a batch with Transformers' collators: ``DataCollatorForTokenClassification``
+    when the labels are per token (padded with ``label_pad``, -100: ignored by the losses),
+    ``DataCollatorWithPadding`` otherwise. Input keys pad as the tokenizer says ([PAD] ids,
+    zero attention and token types); scalar labels become a 1-D tensor, int64 class ids or
+    float32 regression targets. Text columns are refused: remove them before collating.
     """
 
-    def __init__(self, tokenizer_or_pad_id, label_pad: int = IGNORE_INDEX,
-                 pad_to_multiple_of: int | None = None):
-        if isinstance(tokenizer_or_pad_id, int):
-            self.pad_token_id = tokenizer_or_pad_id
-        else:
-            self.pad_token_id = tokenizer_or_pad_id.pad_token_id
-        if self.pad_token_id is None:
+    def __init__(self, tokenizer, label_pad: int = IGNORE_INDEX, pad_to_multiple_of: int | None = None):
+        if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token")
-        self.label_pad = label_pad
-        self.pad_to_multiple_of = pad_to_multiple_of
-
-    def _pad_value(self, key: str) -> int:
-        return {"input_ids": self.pad_token_id, "labels": self.label_pad}.get(key, 0)
+        self.pad_token_id = tokenizer.pad_token_id
+        self.per_token = DataCollatorForTokenClassification(
+            tokenizer, label_pad_token_id=label_pad, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
+        self.per_example = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
 
     def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
         if not features:
             raise ValueError("empty batch")
-        batch = {}
-        for key in features[0]:
-            values = [f[key] for f in features]
-            if isinstance(values[0], torch.Tensor):
-                values = [v.tolist() for v in values]
-            if isinstance(values[0], (list, tuple)):
-                longest = max(len(v) for v in values)
-                if self.pad_to_multiple_of:
-                    m = self.pad_to_multiple_of
-                    longest = -(-longest // m) * m
-                pad = self._pad_value(key)
-                batch[key] = torch.tensor([list(v) + [pad] * (longest - len(v)) for v in values],
-                                          dtype=torch.long)
-            elif isinstance(values[0], (bool, int, float)):
-                is_float = any(isinstance(v, float) for v in values)
-                batch[key] = torch.tensor(values, dtype=torch.float32 if is_float else torch.long)
-            else:
-                raise TypeError(f"feature {key!r} has non-numeric values ({type(values[0]).__name__});"
-                                " remove text columns before collating")
+        for key, value in features[0].items():
+            if isinstance(value, str):
+                raise TypeError(f"feature {key!r} has non-numeric values (str); remove text columns before collating")
+        labels = features[0].get("labels")
+        per_token = isinstance(labels, (list, tuple)) or (torch.is_tensor(labels) and labels.dim() > 0)
+        batch = dict((self.per_token if per_token else self.per_example)(list(features)))
+        if "labels" in batch and batch["labels"].is_floating_point():
+            batch["labels"] = batch["labels"].float()
         return batch
 
 
