@@ -255,7 +255,7 @@ def test_worker_processes_collate_the_same_batches(tmp_path):
 
 
 def test_length_grouped_batches_cover_each_epoch_once_with_less_padding(tmp_path):
-    from muxplm.training.loop import ShardedBatches
+    from muxplm.training.batches import ShardedBatches
 
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(5, 60, (1000,), generator=generator).tolist()
