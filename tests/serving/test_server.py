@@ -46,6 +46,27 @@ def test_predict_health_metrics_and_schema(predictor):
     assert {"/predict", "/health", "/metrics"} <= set(schema.json()["paths"])
 
 
+def test_predict_fast_path_answers_its_own_faults_and_leaves_other_routes_to_fastapi(predictor):
+    app = create_app(predictor, max_batch=8, max_wait_ms=2)
+
+    async def broken(body):
+        raise RuntimeError("a bug in the handler")
+
+    async def scenario(client):
+        wrong_method = await client.get("/predict")
+        good = await client.post("/predict", json={"text": "fine"})
+        app._answer = broken
+        bad = await client.post("/predict", json={"text": "fine"})
+        return wrong_method, good, bad, await client.get("/health")
+
+    wrong_method, good, bad, health = run_app(app, scenario)
+    assert wrong_method.status_code == 405  # FastAPI's routing, as before
+    assert good.status_code == 200 and good.headers["content-type"] == "application/json"
+    assert int(good.headers["content-length"]) == len(good.content)
+    assert bad.status_code == 500 and bad.json() == {"detail": "server error: RuntimeError"}
+    assert health.status_code == 200  # the server goes on
+
+
 @pytest.mark.parametrize(
     "body, status, message",
     [

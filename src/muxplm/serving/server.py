@@ -18,7 +18,6 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
 from pydantic_core import to_json
-from starlette.routing import Route
 
 from .batcher import BatcherClosedError, DynamicBatcher, QueueFullError
 from .metrics import ServingMetrics
@@ -93,8 +92,9 @@ def create_app(
     max_queue: int = 1024,
     fill_slots: bool = True,
     companions: int = 64,
-) -> FastAPI:
-    """The FastAPI app; its batcher starts with the app's lifespan and drains on shutdown."""
+) -> "ServerApp":
+    """The ASGI app (a FastAPI app behind a fast path for /predict, see :class:`ServerApp`); its
+    batcher starts with the app's lifespan and drains on shutdown."""
     batcher = DynamicBatcher(
         predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue, fill_slots=fill_slots,
         companions=companions,
@@ -129,15 +129,55 @@ def create_app(
 
     from fastapi.exceptions import RequestValidationError
 
-    def invalid(errors) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors
-        )
-        return reply_error(422, f"invalid request: {problems}")
-
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError):
-        return invalid(error.errors())
+        return reply_error(422, invalid_message(error.errors()))
+
+    async def answer(body: bytes) -> tuple[int, bytes, dict[str, str] | None]:
+        """A /predict body -> (status, JSON reply, extra headers); every outcome counted."""
+        started = time.perf_counter()
+        try:
+            request = PredictRequest.model_validate_json(body)
+        except ValidationError as error:
+            return refuse(422, invalid_message(error.errors(include_url=False)))
+        texts = request.texts()
+        if len(texts) > max_batch:
+            return refuse(413, f"request holds {len(texts)} texts; at most {max_batch} per request (--max-batch)")
+        if request.mode == "ensemble" and predictor.task == "reconstruct":
+            return refuse(422, "the reconstruct task supports only mode='throughput'")
+        try:
+            predictor.check_pairs_supported(request.pairs())
+        except ValueError as error:
+            return refuse(422, str(error))
+        try:
+            # The batcher's worker tokenizes (one call per batch) and decodes.
+            future = batcher.submit_texts(texts, request.pairs(), truncate=request.truncate,
+                                          ensemble=request.mode == "ensemble")
+        except QueueFullError as error:
+            return refuse(429, str(error), {"Retry-After": str(error.retry_after)})
+        except BatcherClosedError as error:
+            return refuse(503, str(error))
+        try:
+            predictions = await asyncio.wrap_future(future)
+        except InputTooLongError as error:
+            return refuse(413, f"{error} (server --max-length {predictor.max_length})")
+        except InvalidTextError as error:
+            return refuse(422, str(error))
+        except Exception as error:  # the model failed on this request's batch
+            return refuse(500, f"model error: {type(error).__name__}: {error}")
+        metrics.instances.inc(len(texts))
+        answered.inc()
+        metrics.latency.observe(time.perf_counter() - started)
+        # Built here, not through response_model validation: the decoder already produces
+        # exactly the documented fields.
+        return 200, to_json({"predictions": predictions, "task": predictor.task,
+                             "num_instances": predictor.num_instances, "mode": request.mode}), None
+
+    answered = metrics.requests.labels(status="200")
+
+    def refuse(status: int, message: str, headers: dict[str, str] | None = None):
+        metrics.requests.labels(status=str(status)).inc()
+        return status, to_json({"detail": message}), headers
 
     @app.post(
         "/predict",
@@ -146,54 +186,14 @@ def create_app(
         responses={413: {"description": "too many texts or tokens"}, 422: {"description": "invalid request"},
                    429: {"description": "queue full"}, 500: {"description": "model error"},
                    503: {"description": "shutting down"}},
-        # Documents the endpoint; requests go to the plain Starlette route of the same function
-        # added below, whose body pydantic's JSON parser reads and validates in one step: on a
-        # small model FastAPI's per-request dependency machinery, not the model, bounded the
-        # requests per second. The schema is declared here instead.
+        # Documents the endpoint (requests reach `answer` through ServerApp, below); the schema
+        # is declared here since the body is parsed by pydantic directly.
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
             "schema": PredictRequest.model_json_schema()}}}},
     )
     async def predict(request: Request):
-        started = time.perf_counter()
-        try:
-            body = PredictRequest.model_validate_json(await request.body())
-        except ValidationError as error:
-            return invalid(error.errors(include_url=False))
-        texts = body.texts()
-        if len(texts) > max_batch:
-            raise HTTPException(413, f"request holds {len(texts)} texts; at most {max_batch} per request (--max-batch)")
-        if body.mode == "ensemble" and predictor.task == "reconstruct":
-            raise HTTPException(422, "the reconstruct task supports only mode='throughput'")
-        try:
-            predictor.check_pairs_supported(body.pairs())
-        except ValueError as error:
-            raise HTTPException(422, str(error)) from None
-        try:
-            # The batcher's worker tokenizes (one call per batch) and decodes.
-            future = batcher.submit_texts(texts, body.pairs(), truncate=body.truncate,
-                                          ensemble=body.mode == "ensemble")
-        except QueueFullError as error:
-            raise HTTPException(429, str(error), headers={"Retry-After": str(error.retry_after)}) from None
-        except BatcherClosedError as error:
-            raise HTTPException(503, str(error)) from None
-        try:
-            predictions = await asyncio.wrap_future(future)
-        except InputTooLongError as error:
-            raise HTTPException(413, f"{error} (server --max-length {predictor.max_length})") from None
-        except InvalidTextError as error:
-            raise HTTPException(422, str(error)) from None
-        except Exception as error:  # the model failed on this request's batch
-            raise HTTPException(500, f"model error: {type(error).__name__}: {error}") from None
-        metrics.instances.inc(len(texts))
-        metrics.requests.labels(status="200").inc()
-        metrics.latency.observe(time.perf_counter() - started)
-        # Built here, not through response_model validation: it costs per request and the
-        # decoder already produces exactly these fields.
-        return Response(to_json({"predictions": predictions, "task": predictor.task,
-                                 "num_instances": predictor.num_instances, "mode": body.mode}),
-                        media_type="application/json")
-
-    app.router.routes.insert(0, Route("/predict", predict, methods=["POST"]))  # matched before the APIRoute
+        status, reply, headers = await answer(await request.body())
+        return Response(reply, status_code=status, headers=headers, media_type="application/json")
 
     @app.get("/health")
     async def health():
@@ -208,7 +208,44 @@ def create_app(
     async def prometheus_metrics():
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    return app
+    return ServerApp(app, answer)
+
+
+def invalid_message(errors) -> str:
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'] if p != 'body') or 'body'}: {e['msg']}" for e in errors)
+    return f"invalid request: {problems}"
+
+
+class ServerApp:
+    """The ASGI app that is served: ``POST /predict`` goes straight to its handler, everything
+    else (health, metrics, docs, lifespan) to the FastAPI app, whose attributes this object
+    shows as its own. On a small model the FastAPI/Starlette middleware and routing cost as
+    much per request as parsing, queueing and answering it (serve-bench profile)."""
+
+    def __init__(self, api: FastAPI, answer):
+        self.api, self._answer = api, answer
+
+    def __getattr__(self, name):
+        return getattr(self.api, name)
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["path"] != "/predict" or scope["method"] != "POST":
+            return await self.api(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before sending its request: nobody to answer
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        try:
+            status, reply, headers = await self._answer(body)
+        except Exception as error:  # a bug of ours: still an answer, never a dropped connection
+            status, reply, headers = 500, to_json({"detail": f"server error: {type(error).__name__}"}), None
+        raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(reply)).encode())]
+        raw_headers += [(key.lower().encode(), value.encode()) for key, value in (headers or {}).items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+        await send({"type": "http.response.body", "body": reply})
 
 
 def serve(
