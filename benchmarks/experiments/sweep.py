@@ -253,6 +253,21 @@ GRIDS["convert-consistency"] = {
 }
 
 
+# Partial multiplexing at N = 2: the accuracy side of the K = 1 / 3 points of the trade-off
+# table (K = 2 is the conversion recipe). The N = 2 conversion again with K unmuxed layers, then
+# the reproduction's sentence fine-tuning with --consistency-weight 1 (its K = 2 points:
+# convert-consistency/n2-*-cons1). The sentiment run starts from the trec run's conversion.
+def converted_with(unmuxed: int, task: str):
+    prime = dict(reproduced(CONVERTED / "convert-minilm-2" / "1-convert", num_unmuxed_layers=unmuxed), eval_steps=100)
+    prime.pop("stability_seeds")
+    tune = reproduced(CONVERTED / "convert-minilm-2" / f"3-{task}", consistency_weight=1.0)
+    if task == "trec":
+        return {"chain": [prime, tune]}
+    return dict(tune, init=str(ROOT / "runs" / "sweeps" / "convert-unmuxed" / f"n2-k{unmuxed}-trec" / "1-retrieval"))
+
+
+GRIDS["convert-unmuxed"] = {f"n2-k{k}-{task}": converted_with(k, task) for k in (1, 3) for task in ("trec", "sentiment")}
+
 # Token tasks at N = 10 (token retention 75.7 %, under the 80 %): the reproduction gave
 # its token rows the N = 1 fine-tuning length; N x the epochs is the N = 1 row's encoder compute
 # (pos: 2 -> 20 epochs of 4,000 sentences; NER: 10 -> 20, the recipe's cap, and 50).
@@ -261,6 +276,24 @@ GRIDS["token-epochs"] = {
     "n10-ner-20ep": reproduced(PRETRAINED / "mux-bert-10" / "3-ner", num_epochs=20.0),
     "n10-ner-50ep": reproduced(PRETRAINED / "mux-bert-10" / "3-ner", num_epochs=50.0),
 }
+
+
+# Stability against the pre-training budget: is the churn left after consistency (11.7 % at
+# N = 2, w = 4) a matter of how well priming and MLM separated the instances? The N = 2
+# reproduction's priming and MLM stages again at k x their steps (same settings otherwise), then
+# the consistency recipe's fine-tuning (w = 4, 4 epochs) from the result; the 1 x point is
+# consistency/n2-sentiment-w4. (4x was stopped in its priming stage once 2x had shown no gain.)
+def pretrain_budget(n: int, factor: int):
+    stages = []
+    for name in ("1-retrieval", "2-pretrain"):
+        saved = reproduced(PRETRAINED / f"mux-bert-{n}" / name)
+        saved.pop("stability_seeds")
+        stages.append(dict(saved, init=None, max_steps=saved["max_steps"] * factor,
+                           eval_steps=saved["max_steps"] * factor // 4, save_steps=10**9))
+    return {"chain": [*stages, consistency_run(n, 4.0)]}
+
+
+GRIDS["pretrain-budget"] = {f"n2-sentiment-w4-pretrain{k}x": pretrain_budget(2, k) for k in (2, 4)}
 
 
 def _stability(run_dir: Path, settings: dict, seeds: int) -> dict:

@@ -66,6 +66,9 @@ def test_the_training_flags_are_built_from_the_config_dataclass(tmp_path, capsys
                           (["finetune", "--stage", "mlm", "--task", "sentiment", "--output-dir", "x"], "pretrain")):
         with pytest.raises(ValueError, match=message):
             config_from_args(parser.parse_args(argv))
+    args = parser.parse_args(["convert", "plain", "--num-instances", "2", "--task", "trec", "--output-dir", "x"])
+    with pytest.raises(ValueError, match="fine-tuning setting"):
+        args.func(args)
     with pytest.raises(SystemExit):
         parser.parse_args(["finetune", "--model-overrides", "{not json", "--output-dir", "x"])
     assert "--model-overrides" in capsys.readouterr().err

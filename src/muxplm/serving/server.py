@@ -1,4 +1,5 @@
-"""HTTP server: FastAPI app over a :class:`DynamicBatcher`.
+"""HTTP server: FastAPI app over a :class:`DynamicBatcher`, with ``POST /predict`` answered
+by a raw ASGI path in front of it (:class:`ServerApp`).
 
 Endpoints: ``POST /predict`` (one or many texts, optional text pairs), ``GET /health``,
 ``GET /metrics`` (Prometheus text format). Errors are answered, never hung on:
@@ -133,6 +134,12 @@ def create_app(
     async def _invalid(request: Request, error: RequestValidationError):
         return reply_error(422, invalid_message(error.errors()))
 
+    answered = metrics.requests.labels(status="200")
+
+    def refuse(status: int, message: str, headers: dict[str, str] | None = None):
+        metrics.requests.labels(status=str(status)).inc()
+        return status, to_json({"detail": message}), headers
+
     async def answer(body: bytes) -> tuple[int, bytes, dict[str, str] | None]:
         """A /predict body -> (status, JSON reply, extra headers); every outcome counted."""
         started = time.perf_counter()
@@ -172,12 +179,6 @@ def create_app(
         # exactly the documented fields.
         return 200, to_json({"predictions": predictions, "task": predictor.task,
                              "num_instances": predictor.num_instances, "mode": request.mode}), None
-
-    answered = metrics.requests.labels(status="200")
-
-    def refuse(status: int, message: str, headers: dict[str, str] | None = None):
-        metrics.requests.labels(status=str(status)).inc()
-        return status, to_json({"detail": message}), headers
 
     @app.post(
         "/predict",
@@ -225,7 +226,9 @@ class ServerApp:
     def __init__(self, api: FastAPI, answer):
         self.api, self._answer = api, answer
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # only for names this object lacks: state, openapi, routes, ...
+        if name == "api":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.api, name)
 
     async def __call__(self, scope, receive, send) -> None:

@@ -99,13 +99,17 @@ def config_from_args(args: argparse.Namespace):
         stage = flags.get("stage") or file_settings.get("stage")
         if stage not in PRETRAIN_STAGES:
             raise ValueError(f"give --stage {'|'.join(PRETRAIN_STAGES)} (got {stage!r})")
-        for name in ("task", "task_kind"):
-            if name in flags:
-                raise ValueError(f"--{name.replace('_', '-')} is a fine-tuning setting (`muxplm finetune`)")
+        _refuse_fine_tuning_settings(flags)
         flags["stage"] = stage
     if not (flags.get("output_dir") or file_settings.get("output_dir")):
         raise ValueError("give --output-dir (where the checkpoints and final model go)")
     return build_config(file_settings, **flags)
+
+
+def _refuse_fine_tuning_settings(flags: dict) -> None:
+    for name in ("task", "task_kind"):
+        if name in flags:
+            raise ValueError(f"--{name.replace('_', '-')} is a fine-tuning setting (`muxplm finetune`)")
 
 
 def _train(args) -> int:
@@ -131,6 +135,7 @@ def _convert(args) -> int:
     from .stages import run_stage
 
     flags = {key: value for key, value in vars(args).items() if key not in _NOT_SETTINGS}
+    _refuse_fine_tuning_settings(flags)
     if not flags.get("output_dir"):
         raise ValueError("give --output-dir (where the converted model goes)")
     file_settings = load_config_file(args.config) if getattr(args, "config", None) else {}
