@@ -50,6 +50,13 @@ GRIDS = {
     },
 }
 
+# ... and the priming learning rate and block length around the recipe (unbind, 32 groups,
+# in-batch softmax, lr 1e-3, 32 tokens).
+GRIDS["priming"].update({
+    f"n{n}-unbind-g32-inbatch-{name}": priming(n, demux="unbind", groups=32, softmax="in_batch", **kw)
+    for n, name, kw in ((5, "lr3e-4", dict(lr=3e-4)), (5, "lr3e-3", dict(lr=3e-3)), (5, "len16", dict(length=16)),
+                        (5, "len64", dict(length=64)), (10, "lr3e-3", dict(lr=3e-3)))
+})
 
 SMALL_DATA = ROOT / "runs" / "sweeps" / "data"
 PRETRAINED = ROOT / "runs" / "reproduce-issue9"  # made by benchmarks/run_cpu_reproduce_issue9.sh
