@@ -23,10 +23,13 @@ def run_points(grid: str) -> list[dict]:
     points = []
     for path in sorted((CURVES / grid).glob("*.jsonl")):
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        settings = next(r for r in records if r.get("kind") == "settings")
+        # A chain of stages has one settings record per stage: the last one is the evaluated
+        # fine-tuning, and the wall time is the whole chain's.
+        stages = [r for r in records if r.get("kind") == "settings"]
         stability = [r for r in records if r.get("kind") == "stability"]
         if not stability:
             continue
+        settings = dict(stages[-1], wall_seconds=sum(stage["wall_seconds"] for stage in stages))
         s, measured = settings["settings"], stability[-1]
         points.append({
             "run": path.stem, "num_instances": s.get("num_instances") or int(path.stem.split("-")[0][1:]),
