@@ -102,18 +102,17 @@ class MuxBertForMaskedLM(MuxHeadMixin, MuxBertPreTrainedModel):
             return MuxPreTrainingOutput(logits=self.cls(state.demux_rows()))
         validate_labels(labels, tuple(input_ids.shape), "masked language modelling")
         selected = labels != -100
-        if not host_checks_wanted(labels, self.training):
+        if host_checks_wanted(labels, self.training):
+            logits = self.cls(state.demux_where(selected))
+            targets = labels[selected]
+            check_class_ids(targets, self.config.vocab_size, "vocabulary ids (MLM labels: a token id, or -100)",
+                            training=self.training)
+            # A batch without a single masked token gives a zero loss, not NaN.
+            loss = F.cross_entropy(logits, targets) if targets.numel() else logits.sum() * 0.0
+        else:  # every position scored, the unmasked ones ignored: no data-dependent shape
             logits = self.cls(state.demux_rows())
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
-            output = mix_retrieval(self, loss / selected.sum().clamp(min=1), state)
-            output.logits = logits
-            return output
-        logits = self.cls(state.demux_where(selected))
-        targets = labels[selected]
-        check_class_ids(targets, self.config.vocab_size, "vocabulary ids (MLM labels: a token id, or -100)",
-                        training=self.training)
-        # A batch without a single masked token gives a zero loss, not NaN.
-        loss = F.cross_entropy(logits, targets) if targets.numel() else logits.sum() * 0.0
+            loss = loss / selected.sum().clamp(min=1)
         output = mix_retrieval(self, loss, state)
         output.logits = logits
         return output
