@@ -29,7 +29,7 @@ __all__ = [
     "compute_task_metrics",
 ]
 
-IGNORE_INDEX = -100
+IGNORE_INDEX = -100  # label value the losses and metrics skip (as in Transformers)
 
 
 def _to_numpy(x) -> np.ndarray:

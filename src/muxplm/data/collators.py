@@ -14,9 +14,10 @@ from collections.abc import Sequence
 import torch
 from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
+from ..metrics import IGNORE_INDEX
+
 __all__ = ["PaddingCollator", "MLMCollator", "ReplacedTokenCollator"]
 
-IGNORE_INDEX = -100
 
 
 class PaddingCollator:

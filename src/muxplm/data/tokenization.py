@@ -11,6 +11,8 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict
 
+from ..metrics import IGNORE_INDEX
+
 __all__ = [
     "default_tokenizer_path",
     "load_tokenizer",
@@ -18,8 +20,6 @@ __all__ = [
     "tokenize_token_task",
     "tokenize_pretraining",
 ]
-
-IGNORE_INDEX = -100  # label value the losses and metrics skip
 
 
 def default_tokenizer_path() -> Path:

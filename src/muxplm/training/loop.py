@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.utils import gather_object
 from transformers import get_linear_schedule_with_warmup
 
 from . import checkpoint as ckpt
@@ -318,10 +319,10 @@ class _Loop:
         accelerator, run = self.accelerator, self.run
         train_seconds = time.perf_counter() - self.started
         unwrapped = accelerator.unwrap_model(self.model)
-        first_ids = _gather_lists(accelerator, self.first_batch_ids or [])
+        first_ids = gather_object([list(self.first_batch_ids or [])])
         # Every rank's sum of its weights: equal on all ranks when gradients were synchronised.
         weight_sum = torch.stack([p.detach().double().sum() for p in unwrapped.parameters()]).sum().reshape(1)
-        weight_sums = accelerator.gather(weight_sum).tolist() if self.world > 1 else weight_sum.tolist()
+        weight_sums = accelerator.gather(weight_sum).tolist()
         done = self.step - self.start_step
         summary = {
             "stage": self.config.stage, "final_step": self.step, "total_steps": self.total_steps,
@@ -365,15 +366,6 @@ def _check_same_layout(checkpoint: Path, state: dict[str, Any], config: TrainCon
             f"cannot resume {checkpoint} exactly: {', '.join(differences)} would skip or repeat training data; "
             f"resume with the saved settings, or start a new run (another --output-dir, or --init {checkpoint})"
         )
-
-
-def _gather_lists(accelerator: Accelerator, ids: list[int]) -> list[list[int]]:
-    """Every rank's list (same length on all ranks), for the run summary."""
-    if accelerator.num_processes == 1:
-        return [list(ids)]
-    tensor = torch.tensor(ids, dtype=torch.long, device=accelerator.device)
-    gathered = accelerator.gather(tensor).view(accelerator.num_processes, -1)
-    return gathered.tolist()
 
 
 def _save_final(model, tokenizer, output_dir: Path, summary: dict[str, Any]) -> None:

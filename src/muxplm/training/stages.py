@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ..configuration import MuxBertConfig
@@ -93,12 +94,7 @@ def _resolved(config: TrainConfig, resume_from: Path | None) -> TrainConfig:
     source = resume_from or config.init or config.init_encoder
     saved = read_model_config(source) if source else {}
     instances = config.num_instances or saved.get("num_instances") or (2 if config.init_encoder else 1)
-    return resolve(config, size_of(_Attrs(saved)), instances)
-
-
-class _Attrs:
-    def __init__(self, values: dict[str, Any]):
-        self.__dict__.update(values)
+    return resolve(config, size_of(SimpleNamespace(**saved)), instances)
 
 
 def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
