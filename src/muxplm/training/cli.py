@@ -39,6 +39,9 @@ def register(subparsers) -> None:
         help="multiplex a plain pretrained BERT/ELECTRA: warm start + priming with self-distillation",
     )
     convert.add_argument("plain_model_dir", help="a plain BERT/ELECTRA checkpoint directory")
+    convert.add_argument("--gpu", action="store_true",
+                         help="the GPU recipe: 2,000 priming steps of 64 groups in bf16 (needs CUDA; flags still "
+                              "override it)")
     convert.set_defaults(func=_convert)
 
     evaluate = subparsers.add_parser("evaluate", help="score a fine-tuned checkpoint over composition seeds")
@@ -83,7 +86,7 @@ def _training_flags() -> argparse.ArgumentParser:
     return parser
 
 
-_NOT_SETTINGS = {"command", "func", "config", "default_stage", "data_command", "plain_model_dir"}
+_NOT_SETTINGS = {"command", "func", "config", "default_stage", "data_command", "plain_model_dir", "gpu"}
 
 
 def config_from_args(args: argparse.Namespace):
@@ -140,7 +143,8 @@ def _convert(args) -> int:
         raise ValueError("give --output-dir (where the converted model goes)")
     file_settings = load_config_file(args.config) if getattr(args, "config", None) else {}
     instances = flags.pop("num_instances", None) or file_settings.pop("num_instances", None)
-    config = conversion_config(args.plain_model_dir, instances, flags.pop("output_dir"), file_settings, **flags)
+    config = conversion_config(args.plain_model_dir, instances, flags.pop("output_dir"), file_settings,
+                               gpu=getattr(args, "gpu", False), **flags)
     summary = run_stage(config)
     from accelerate import PartialState
 
