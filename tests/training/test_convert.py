@@ -33,6 +33,8 @@ def test_the_recipe_adapts_to_the_encoder_and_takes_overrides(plain_dir, tmp_pat
     assert config.stage == "retrieval" and config.init_encoder == str(plain_dir) and config.teacher is None
     assert config.mux_key_norm == pytest.approx(math.sqrt(64))
     assert config.num_unmuxed_layers <= 1  # at least one layer of the 2 runs on the mixtures
+    BertConfig(num_hidden_layers=6).save_pretrained(tmp_path / "six")  # MiniLM's depth: the measured 3
+    assert conversion_config(tmp_path / "six", 5, tmp_path).num_unmuxed_layers == 3
     assert conversion_config(plain_dir, 2, tmp_path, num_unmuxed_layers=0).num_unmuxed_layers == 0
     with pytest.raises(ValueError, match="N >= 2"):
         conversion_config(plain_dir, 1, tmp_path)
