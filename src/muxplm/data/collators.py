@@ -19,7 +19,6 @@ from ..metrics import IGNORE_INDEX
 __all__ = ["PaddingCollator", "MLMCollator", "ReplacedTokenCollator"]
 
 
-
 class PaddingCollator:
     """Right-pad a batch with Transformers' collators: ``DataCollatorForTokenClassification``
     when the labels are per token (padded with ``label_pad``, -100: ignored by the losses),

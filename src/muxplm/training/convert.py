@@ -28,7 +28,7 @@ CONVERT_RECIPE: dict[str, Any] = dict(
     save_steps=100, logging_steps=10, num_unmuxed_layers=3,
 )
 # On a GPU (``muxplm convert --gpu``): the same recipe over 20 times the priming data (2,000
-# steps of 64 groups, 1.5 / 3.8 / 7.5 passes over the 4.2M-word corpus at N = 2 / 5 / 10) in
+# steps of 64 groups, about 1.5 / 3.7 / 7.4 passes over the 4.2M-word corpus at N = 2 / 5 / 10) in
 # bf16, minutes on one GPU: the CPU recipe's held-out retrieval is still rising steeply at its
 # end (N = 5: 12 % at step 100, 34 % at 200). This recipe has not yet run on a GPU.
 GPU_CONVERT_RECIPE: dict[str, Any] = dict(max_steps=2000, batch_groups=64, mixed_precision="bf16",
