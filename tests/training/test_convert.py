@@ -67,7 +67,7 @@ def test_convert_cli_then_finetune(plain_dir, tmp_path):
     assert refused.returncode != 0 and "N >= 2" in refused.stderr
 
 
-def test_the_gpu_recipe_needs_cuda_and_primes_longer_in_bf16(plain_dir, tmp_path, monkeypatch):
+def test_the_gpu_recipe_needs_cuda_and_is_the_measured_recipe_in_bf16(plain_dir, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="needs a CUDA device"):
         conversion_config(plain_dir, 2, tmp_path, gpu=True)
     refused = run_cli("convert", str(plain_dir), "--num-instances", "2", "--output-dir", str(tmp_path / "x"), "--gpu")
@@ -75,7 +75,5 @@ def test_the_gpu_recipe_needs_cuda_and_primes_longer_in_bf16(plain_dir, tmp_path
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the settings only: nothing runs
     cpu, gpu = conversion_config(plain_dir, 5, tmp_path), conversion_config(plain_dir, 5, tmp_path, gpu=True)
     assert gpu.mixed_precision == "bf16" and cpu.mixed_precision == "no"
-    assert gpu.max_steps * gpu.batch_groups >= 10 * cpu.max_steps * cpu.batch_groups
-    assert (gpu.lr, gpu.encoder_lr, gpu.num_unmuxed_layers, gpu.mux_key_norm) == (
-        cpu.lr, cpu.encoder_lr, cpu.num_unmuxed_layers, cpu.mux_key_norm)
+    assert {**vars(gpu), "mixed_precision": "no"} == vars(cpu)  # everything else as measured
     assert conversion_config(plain_dir, 5, tmp_path, gpu=True, max_steps=7).max_steps == 7  # flags still win

@@ -40,8 +40,7 @@ def register(subparsers) -> None:
     )
     convert.add_argument("plain_model_dir", help="a plain BERT/ELECTRA checkpoint directory")
     convert.add_argument("--gpu", action="store_true",
-                         help="the GPU recipe: 2,000 priming steps of 64 groups in bf16 (needs CUDA; flags still "
-                              "override it)")
+                         help="the GPU recipe: the measured recipe in bf16 (needs CUDA; flags still override it)")
     convert.set_defaults(func=_convert)
 
     evaluate = subparsers.add_parser("evaluate", help="score a fine-tuned checkpoint over composition seeds")
