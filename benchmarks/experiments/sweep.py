@@ -260,30 +260,34 @@ GRIDS["convert-consistency"] = {
 }
 
 
-# Partial multiplexing at N = 2: the accuracy side of the K = 1 / 3 points of the trade-off
-# table (K = 2 is the conversion recipe). The N = 2 conversion again with K unmuxed layers, then
-# the reproduction's sentence fine-tuning with --consistency-weight 1 (its K = 2 points:
-# convert-consistency/n2-*-cons1). The other tasks start from the trec run's conversion; the
-# token tasks fine-tune exactly as the reproduction's row (no consistency term).
+def conversion_then(prime: dict, tune: dict, grid: str, first_run: str, is_first: bool) -> dict:
+    """A conversion stage and a fine-tuning: the grid's first run of a conversion chains both;
+    the others fine-tune from that run's conversion (``runs/sweeps/GRID/FIRST_RUN/1-retrieval``)."""
+    prime = dict(prime, eval_steps=100)
+    prime.pop("stability_seeds")
+    if is_first:
+        return {"chain": [prime, tune]}
+    return dict(tune, init=str(ROOT / "runs" / "sweeps" / grid / first_run / "1-retrieval"))
+
+
+# Partial multiplexing: the accuracy side of the K = 1 / 3 points of the trade-off table, run
+# when the conversion recipe had K = 2. The conversion again with K unmuxed layers, then the
+# reproduction's sentence fine-tuning with --consistency-weight 1 (the K = 2 points:
+# convert-consistency/n2-*-cons1); the token tasks fine-tune exactly as the reproduction's row
+# (no consistency term).
 def converted_with(unmuxed: int, task: str, n: int = 2, first: str = "trec"):
     row = CONVERTED / f"convert-minilm-{n}"
-    prime = dict(reproduced(row / "1-convert", num_unmuxed_layers=unmuxed), eval_steps=100)
-    prime.pop("stability_seeds")
     weight = 1.0 if task in ("trec", "sentiment") else 0.0
-    tune = reproduced(row / f"3-{task}", consistency_weight=weight)
-    if task == first:
-        return {"chain": [prime, tune]}
-    return dict(tune, init=str(ROOT / "runs" / "sweeps" / "convert-unmuxed" / f"n{n}-k{unmuxed}-{first}" / "1-retrieval"))
+    return conversion_then(reproduced(row / "1-convert", num_unmuxed_layers=unmuxed),
+                           reproduced(row / f"3-{task}", consistency_weight=weight),
+                           "convert-unmuxed", f"n{n}-k{unmuxed}-{first}", task == first)
 
 
 GRIDS["convert-unmuxed"] = {f"n2-k{k}-{task}": converted_with(k, task) for k in (1, 3) for task in ("trec", "sentiment")}
 GRIDS["convert-unmuxed"].update({f"n2-k3-{task}": converted_with(3, task) for task in ("pos", "ner")})
 # ... and N = 5's token tasks (its minimum is 90 % token retention; K = 2 gives 89.0 %)
 GRIDS["convert-unmuxed"].update({f"n5-k3-{task}": converted_with(3, task, n=5, first="pos") for task in ("pos", "ner")})
-# ... and its sentence tasks (with the consistency term, as at N = 2), so that one N = 5
-# configuration is measured on all four
-GRIDS["convert-unmuxed"].update({f"n5-k3-{task}": converted_with(3, task, n=5, first="pos")
-                                 for task in ("trec", "sentiment")})
+# (N = 5's sentence tasks at K = 3: run_cpu_reproduce_convert_k3.sh, at the plain row's compute.)
 
 # Longer conversion priming: the recipe's 200 steps end with held-out retrieval still rising
 # steeply (N = 10: 11 % at step 100, 27 % at 200). The N = 10 conversion again with 3 x the
@@ -293,12 +297,8 @@ GRIDS["convert-unmuxed"].update({f"n5-k3-{task}": converted_with(3, task, n=5, f
 def primed_longer(n: int, factor: int, task: str, first: str = "trec"):
     row = CONVERTED / f"convert-minilm-{n}"
     saved = reproduced(row / "1-convert")
-    prime = dict(saved, max_steps=factor * saved["max_steps"], eval_steps=100, save_steps=200)
-    prime.pop("stability_seeds")
-    tune = reproduced(row / f"3-{task}")
-    if task == first:
-        return {"chain": [prime, tune]}
-    return dict(tune, init=str(ROOT / "runs" / "sweeps" / "convert-priming" / f"n{n}-x{factor}-{first}" / "1-retrieval"))
+    return conversion_then(dict(saved, max_steps=factor * saved["max_steps"], save_steps=200),
+                           reproduced(row / f"3-{task}"), "convert-priming", f"n{n}-x{factor}-{first}", task == first)
 
 
 GRIDS["convert-priming"] = {f"n10-x3-{task}": primed_longer(10, 3, task) for task in ("trec", "sentiment", "pos", "ner")}
