@@ -2,13 +2,46 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from accelerate.tracking import GeneralTracker, register_tracker_class
 
 sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers module next to this file
 from training_utils import MICRO  # noqa: E402
+
+
+class RecordingTracker(GeneralTracker):
+    """An experiment tracker (registered with Accelerate as ``recording``) that keeps what it is
+    given in ``recording.json`` in its logging folder."""
+
+    name = "recording"
+    requires_logging_directory = True
+
+    def __init__(self, run_name: str, logging_dir, **kwargs):
+        super().__init__()
+        self.path = Path(logging_dir) / run_name / "recording.json"
+        self.calls: dict = {"config": None, "log": [], "finished": False}
+
+    @property
+    def tracker(self):
+        return self.calls
+
+    def store_init_configuration(self, values: dict) -> None:
+        self.calls["config"] = values
+
+    def log(self, values: dict, step=None, **kwargs) -> None:
+        self.calls["log"].append({"step": step, **values})
+
+    def finish(self) -> None:
+        self.calls["finished"] = True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.calls))
+
+
+register_tracker_class(RecordingTracker)
 
 
 @pytest.fixture(scope="session")
@@ -40,5 +73,6 @@ def finetuned(pretrained) -> Path:
     out = pretrained.parent / "sentiment"
     settings = {k: v for k, v in MICRO.items() if k not in ("preset", "model_overrides")}
     run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(out), init=str(pretrained),
-                          max_steps=4, max_train_examples=64, max_eval_examples=45, **settings))
+                          max_steps=4, max_train_examples=64, max_eval_examples=45, report_to=["recording"],
+                          **settings))
     return out

@@ -29,7 +29,7 @@ def _config(path):
 
 
 def test_retrieval_checkpoint_is_self_contained(primed):
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "train_results.json", "log.jsonl", "log.csv"):
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "train_results.json", "log.jsonl"):
         assert (primed / name).is_file(), name
     config = _config(primed)
     assert config["architectures"] == ["MuxBertForRetrieval"]
@@ -60,7 +60,31 @@ def test_finetuned_checkpoint_has_labels_and_metrics(finetuned):
     assert config["id2label"] == {"0": "negative", "1": "positive"}
     (evaluation,) = read_log(finetuned, "eval")
     assert {"accuracy", "macro_f1", "f1", "matthews", "main"} <= set(evaluation)
-    assert (finetuned / "eval_log.csv").read_text().startswith("step,")
+
+
+def test_training_curves_reach_the_experiment_trackers(finetuned):
+    """--report-to hands every logged number to Accelerate's trackers (here a registered one)."""
+    recorded = json.loads((finetuned / "trackers" / "muxplm" / "recording.json").read_text())
+    assert recorded["finished"] and recorded["config"]["task"] == "sentiment"
+    by_step = {(entry["step"], key): value for entry in recorded["log"] for key, value in entry.items() if key != "step"}
+    for kind in ("train", "eval"):
+        for record in read_log(finetuned, kind):
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    assert by_step[(record["step"], f"{kind}/{key}")] == value
+
+
+def test_report_to_refuses_what_cannot_track(tmp_path, monkeypatch):
+    import accelerate.tracking
+
+    from muxplm.training.loop import make_accelerator, trackers
+
+    monkeypatch.setattr(accelerate.tracking, "get_available_trackers", lambda: [])  # nothing installed
+    with pytest.raises(ValueError, match=r"wandb package is not installed \(pip install wandb\)"):
+        trackers(["wandb"])
+    assert trackers(None) == [] and trackers(["none"]) == []  # the default: TensorBoard only when installed
+    with pytest.raises(ValueError, match="Unsupported logging capability: tensorboardx"):
+        make_accelerator(TrainConfig(output_dir=str(tmp_path), report_to=["tensorboardx"]))
 
 
 def test_evaluate_checkpoint_scores_whole_dev_set_over_seeds(finetuned, tmp_path):

@@ -123,13 +123,18 @@ def _train(args) -> int:
     except TrainingDiverged as error:
         print(f"muxplm {args.command}: training diverged: {error}", file=sys.stderr)
         return 1
+    _report(summary, f"model saved to {config.output_dir}")
+    return 0
+
+
+def _report(summary: dict, closing: str) -> None:
+    """The run's figures and where its model went, printed once (by the main process)."""
     from accelerate import PartialState
 
     if PartialState().is_main_process:
-        shown = {k: summary[k] for k in ("stage", "final_step", "final_loss", "eval", "train_samples_per_s") if k in summary}
-        print(json.dumps(shown, indent=1))
-        print(f"model saved to {config.output_dir}")
-    return 0
+        shown = ("stage", "final_step", "final_loss", "eval", "train_samples_per_s")
+        print(json.dumps({key: summary[key] for key in shown if key in summary}, indent=1))
+        print(closing)
 
 
 def _convert(args) -> int:
@@ -144,15 +149,10 @@ def _convert(args) -> int:
     instances = flags.pop("num_instances", None) or file_settings.pop("num_instances", None)
     config = conversion_config(args.plain_model_dir, instances, flags.pop("output_dir"), file_settings,
                                gpu=getattr(args, "gpu", False), **flags)
-    summary = run_stage(config)
-    from accelerate import PartialState
-
-    if PartialState().is_main_process:
-        shown = {k: summary[k] for k in ("final_step", "final_loss", "eval", "train_samples_per_s") if k in summary}
-        print(json.dumps(shown, indent=1))
-        print(f"converted N={config.num_instances} model saved to {config.output_dir}; fine-tune it with "
-              f"`muxplm finetune --init {config.output_dir} --task ... --lr 2e-4 --encoder-lr 1e-4` (the measured "
-              f"recipe: the converted encoder needs the larger encoder learning rate)")
+    _report(run_stage(config),
+            f"converted N={config.num_instances} model saved to {config.output_dir}; fine-tune it with "
+            f"`muxplm finetune --init {config.output_dir} --task ... --lr 2e-4 --encoder-lr 1e-4` (the measured "
+            f"recipe: the converted encoder needs the larger encoder learning rate)")
     return 0
 
 

@@ -127,6 +127,9 @@ class TrainConfig:
     load_best_at_end: bool = setting(False, "end with the weights of the checkpoint that scored best on the "
                                             "evaluation set")
     resume: bool = setting(False, "continue from the latest checkpoint")
+    report_to: list[str] | None = setting(
+        help="experiment trackers that also get the training curves: tensorboard, wandb, mlflow, ... (any "
+             "Accelerate tracker), all (every installed one) or none (default: tensorboard when installed)")
     progress: bool = setting(True, "show a progress bar (--no-progress: none)")
 
     def to_dict(self) -> dict[str, Any]:
@@ -286,8 +289,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(settings) - FIELD_NAMES)
     if unknown:
         raise ValueError(f"{path}: unknown setting(s) {', '.join(unknown)}")
-    if isinstance(settings.get("train_file"), str):
-        settings["train_file"] = [settings["train_file"]]
+    for name in ("train_file", "report_to", "corpus_sources"):
+        if isinstance(settings.get(name), str):
+            settings[name] = [settings[name]]
     return settings
 
 

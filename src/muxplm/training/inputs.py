@@ -29,7 +29,6 @@ TOKEN_FILE_SUFFIXES = (".conll", ".conllu", ".bio", ".iob", ".iob2", ".txt")
 PRETRAIN_EVAL_BLOCKS = 256
 
 
-
 def _subset(dataset, limit: int | None, seed: int = 0):
     """A fixed random subset of ``limit`` rows (all rows when ``limit`` is None or larger)."""
     if limit is None or limit >= len(dataset):
@@ -98,6 +97,8 @@ def pretraining_blocks(config: TrainConfig, tokenizer):
                                         sources=config.corpus_sources)
     texts = texts.select_columns(["text"])
     blocks = tokenize_pretraining(texts, tokenizer, max_length=config.max_length)
+    if config.stage == "retrieval":  # only the corrupting collators read it
+        blocks = blocks.remove_columns("special_tokens_mask")
     if len(blocks) == 0:
         raise ValueError("the pre-training text gave no token blocks")
     # A fixed held-out slice for evaluation (not when the corpus is tiny).
@@ -108,20 +109,9 @@ def pretraining_blocks(config: TrainConfig, tokenizer):
     return split["train"], split["test"]
 
 
-class _DropColumns:
-    """Padding collator that drops columns the model does not take."""
-
-    def __init__(self, tokenizer, drop=("special_tokens_mask",)):
-        self.pad = PaddingCollator(tokenizer)
-        self.drop = drop
-
-    def __call__(self, rows):
-        return self.pad([{k: v for k, v in row.items() if k not in self.drop} for row in rows])
-
-
 def pretraining_collator(stage: str, tokenizer, model, config: TrainConfig, seed: int):
     if stage == "retrieval":
-        return _DropColumns(tokenizer)
+        return PaddingCollator(tokenizer)
     if stage == "mlm":
         return MLMCollator(tokenizer, mlm_probability=config.mlm_probability, seed=seed)
     return ReplacedTokenCollator(tokenizer, replace_probability=model.config.replace_probability, seed=seed)

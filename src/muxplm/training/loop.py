@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import gather_object
+from accelerate.utils import ProjectConfiguration, gather_object
 from transformers import get_linear_schedule_with_warmup
 
 from . import checkpoint as ckpt
@@ -44,7 +44,25 @@ def make_accelerator(config: TrainConfig) -> Accelerator:
             precision = "no"
     if precision == "fp16" and not torch.cuda.is_available():
         raise ValueError("--mixed-precision fp16 needs a CUDA GPU; on the CPU use bf16 or no")
-    return Accelerator(mixed_precision=precision, cpu=_multi_cpu())
+    folders = ProjectConfiguration(project_dir=config.output_dir, logging_dir=str(Path(config.output_dir) / "trackers"))
+    return Accelerator(mixed_precision=precision, cpu=_multi_cpu(), log_with=trackers(config.report_to) or None,
+                       project_config=folders)
+
+
+def trackers(report_to: list[str] | None) -> list[str]:
+    """Accelerate's experiment trackers named by ``--report-to`` (TensorBoard when installed if
+    unset). One that is not installed is refused here, where Accelerate would drop it with a
+    debug message only; an unknown name Accelerate refuses itself."""
+    from accelerate.tracking import get_available_trackers
+    from accelerate.utils import LoggerType
+
+    available = {str(name) for name in get_available_trackers()} | {"all"}
+    if report_to is None:
+        return ["tensorboard"] if "tensorboard" in available else []
+    for name in report_to:
+        if name in LoggerType.list() and name not in available:
+            raise ValueError(f"--report-to {name}: the {name} package is not installed (pip install {name})")
+    return [name for name in report_to if name != "none"]
 
 
 def _multi_cpu() -> bool:
@@ -232,7 +250,8 @@ class _Loop:
             # optimizer moves its state to its own device (not the saver's cuda:0).
             accelerator.load_state(str(run.resume_from))
             self.step, self.micro_step = state["step"], state["micro_step"]
-        self.log = RunLog(self.output_dir, self.main, keep_until_step=self.step if run.resume_from is not None else None)
+        self.log = RunLog(self.output_dir, accelerator, keep_until_step=self.step if run.resume_from is not None else None,
+                          config=config.to_dict())
         if self.main:
             (self.output_dir / "train_config.json").write_text(json.dumps(config.to_dict(), indent=1, default=str))
         self.samples_per_step = config.batch_size * self.world * accumulation

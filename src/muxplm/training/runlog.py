@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from pathlib import Path
@@ -24,27 +23,18 @@ _CURVES = ("accuracy", "similarity", "disagreement")
 
 
 class RunLog:
-    """Training/eval records to ``log.jsonl`` plus ``log.csv`` / ``eval_log.csv``, TensorBoard
-    when installed. Only the main process writes."""
+    """Training/eval records to ``log.jsonl``, and their numbers to Accelerate's experiment
+    trackers (``--report-to``). Only the main process writes."""
 
-    TRAIN_COLUMNS = ("step", "epoch", "loss", "lr", "samples_per_s", "grad_norm", *_CURVES)
-
-    def __init__(self, output_dir: Path, enabled: bool, keep_until_step: int | None):
-        self.enabled = enabled
+    def __init__(self, output_dir: Path, accelerator: Accelerator, keep_until_step: int | None, config: dict):
+        self.enabled, self.accelerator = accelerator.is_main_process, accelerator
         self.jsonl = output_dir / "log.jsonl"
-        self.csv = output_dir / "log.csv"
-        self.eval_csv = output_dir / "eval_log.csv"
-        self.tensorboard = None
-        if not enabled:
-            return
-        output_dir.mkdir(parents=True, exist_ok=True)
-        self._truncate(keep_until_step)
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tensorboard = SummaryWriter(str(output_dir / "tensorboard"))
-        except ImportError:  # tensorboard is optional
-            pass
+        if self.enabled:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            self._truncate(keep_until_step)
+        # Trackers take scalar settings only (TensorBoard's hyper-parameter table).
+        accelerator.init_trackers("muxplm", config={k: v for k, v in config.items()
+                                                    if isinstance(v, (bool, int, float, str))})
 
     def _truncate(self, keep_until_step: int | None) -> None:
         """On resume keep the records up to the checkpoint; start fresh otherwise."""
@@ -57,39 +47,26 @@ class RunLog:
                     continue
                 if record.get("step", 0) <= keep_until_step:
                     records.append(record)
-        for path in (self.jsonl, self.csv, self.eval_csv):
-            path.unlink(missing_ok=True)
+        self.jsonl.unlink(missing_ok=True)
         for record in records:
-            self.write(record, tensorboard=False)
+            self.write(record, track=False)
 
-    def write(self, record: dict[str, Any], tensorboard: bool = True) -> None:
+    def write(self, record: dict[str, Any], track: bool = True) -> None:
         if not self.enabled:
             return
         with open(self.jsonl, "a") as handle:
             handle.write(json.dumps(record) + "\n")
         kind = record.get("kind")
-        if kind == "train":
-            self._csv_row(self.csv, self.TRAIN_COLUMNS, record)
-        elif kind == "eval":
-            columns = ["step", *sorted(k for k in record if k not in ("kind", "step"))]
-            self._csv_row(self.eval_csv, columns, record)
-        if tensorboard and self.tensorboard is not None and kind in ("train", "eval"):
-            for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    self.tensorboard.add_scalar(f"{kind}/{key}", value, record["step"])
-
-    @staticmethod
-    def _csv_row(path: Path, columns, record) -> None:
-        new = not path.is_file()
-        with open(path, "a", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(columns), extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow({c: record.get(c, "") for c in columns})
+        if track and kind in ("train", "eval"):
+            self.accelerator.log({f"{kind}/{key}": value for key, value in record.items()
+                                  if isinstance(value, (int, float)) and key != "step"}, step=record["step"])
 
     def close(self) -> None:
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        # Not Accelerator.end_training: that would also end the process group, which later
+        # stages of the same program still use.
+        for tracker in self.accelerator.trackers:
+            tracker.finish()
+        self.accelerator.trackers.clear()
 
 
 _NON_FINITE = {1: "nan", 2: "inf", 3: "-inf"}
