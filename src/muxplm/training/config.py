@@ -223,19 +223,15 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> Tr
 
 def validate(config: TrainConfig) -> None:
     """Raise ``ValueError`` for settings that cannot work, naming the setting."""
-    if config.stage not in STAGES:
-        raise ValueError(f"unknown stage {config.stage!r}; choose one of {', '.join(STAGES)}")
-    if config.family is not None and config.family not in FAMILIES:
-        raise ValueError(f"unknown model family {config.family!r}; choose one of {', '.join(FAMILIES)}")
-    if config.mixed_precision not in MIXED_PRECISION:
-        raise ValueError(f"mixed_precision must be one of {', '.join(MIXED_PRECISION)}")
+    for setting_field in dataclasses.fields(config):  # the flags' choices hold for config files too
+        allowed, value = setting_field.metadata.get("choices"), getattr(config, setting_field.name)
+        if allowed and value is not None and value not in allowed:
+            raise ValueError(f"{setting_field.name} must be one of {', '.join(allowed)}, got {value!r}")
     sources = [name for name in ("preset", "init", "init_encoder") if getattr(config, name)]
     if len(sources) > 1:
         raise ValueError(f"give only one of --preset, --init, --init-encoder (got {', '.join(sources)})")
     if config.stage == "finetune" and not (config.task or config.train_file):
         raise ValueError("fine-tuning needs --task NAME or --train-file FILE")
-    if config.task_kind not in (None, "sentence", "token"):
-        raise ValueError(f"task_kind must be 'sentence' or 'token', got {config.task_kind!r}")
     positive = ("lr", "batch_size", "batch_groups", "eval_batch_size", "max_length", "gradient_accumulation_steps")
     for name in positive:
         value = getattr(config, name)
@@ -257,9 +253,6 @@ def validate(config: TrainConfig) -> None:
     if config.load_best_at_end and config.eval_steps and config.save_steps and config.save_steps % config.eval_steps:
         raise ValueError(f"load_best_at_end compares the evaluations made when checkpoints are saved: save_steps "
                          f"({config.save_steps}) must be a multiple of eval_steps ({config.eval_steps})")
-    for name, allowed in (("retrieval_softmax", RETRIEVAL_SOFTMAX), ("sentence_pooling", SENTENCE_POOLING)):
-        if getattr(config, name) not in (None, *allowed):
-            raise ValueError(f"{name} must be one of {', '.join(allowed)}, got {getattr(config, name)!r}")
     if config.consistency_weight is not None and config.consistency_weight < 0:
         raise ValueError(f"consistency_weight must be >= 0, got {config.consistency_weight}")
     if not 0 < config.mlm_probability < 1:
