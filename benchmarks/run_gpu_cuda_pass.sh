@@ -24,7 +24,7 @@ muxplm "${FINETUNE[@]}" --output-dir "$RUNS/sentiment"
 muxplm evaluate "$RUNS/sentiment" --task sentiment --device cuda --seeds 5 --output "$OUT/eval-sentiment.json"
 
 # Exact resume: kill the same run once checkpoint-200 is whole, then resume it.
-muxplm "${FINETUNE[@]}" --output-dir "$RUNS/killed" &
+python3 -m muxplm "${FINETUNE[@]}" --output-dir "$RUNS/killed" &  # not the shell function: $! must be Python
 pid=$!
 until [ -f "$RUNS/killed/checkpoint-200/trainer_state.json" ]; do
     kill -0 $pid 2>/dev/null || { echo "the run to be killed ended first" >&2; exit 1; }
