@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Inference throughput on one CUDA GPU in the paper's protocol: batch 128 x 128 tokens, 3 trials
-# of 200 mini-batches after warm-up, inputs on the device; sizes small / base / large at
+# of 200 mini-batches after warm-up, inputs on the device; sizes small / base / large (one
+# results file each, so that a cut-short session keeps the sizes it finished) at
 # N = 1 / 2 / 5 / 10 with the Gaussian-Hadamard and contextual multiplexers and the RSA
 # demultiplexer, both heads, against transformers.BertModel; in bf16 (how a GPU serves).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-benchmarks/results/gpu}
 mkdir -p "$OUT"
-python3 -m muxplm bench throughput --device cuda --dtype bfloat16 --sizes small,base,large \
-    --mux gaussian_hadamard,contextual --demux rsa --output "$OUT/throughput-cuda-bf16.json"
+for size in ${SIZES:-small base large}; do
+    python3 -m muxplm bench throughput --device cuda --dtype bfloat16 --sizes "$size" \
+        --mux gaussian_hadamard,contextual --demux rsa --output "$OUT/throughput-cuda-bf16-$size.json"
+done
