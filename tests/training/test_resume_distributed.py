@@ -18,6 +18,8 @@ from training_utils import micro_flags, read_log, run_cli
 from muxplm.training import checkpoint as ckpt
 
 MLM = ["pretrain", "--stage", "mlm", "--preset", "tiny", "--num-instances", "2", "--seed", "7"]
+# Two gloo processes on the CPU wherever the suite runs (a one-GPU machine cannot hold two ranks).
+CPU_PROCESSES = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
@@ -114,8 +116,7 @@ def test_two_processes_train_as_one_with_the_doubled_batch(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                "--master_port", str(30500 + os.getpid() % 1000), "-m", "muxplm.cli", *flags, "--batch-size", "8",
                "--output-dir", str(two)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env={**os.environ, **CPU_PROCESSES})
     assert done.returncode == 0, done.stderr[-3000:]
     one = run_cli(*flags, "--batch-size", "16", "--output-dir", str(tmp_path / "one"))
     assert one.returncode == 0, one.stderr[-3000:]
@@ -136,7 +137,7 @@ def test_two_processes_train_as_one_with_the_doubled_batch(tmp_path):
 
 def test_two_process_gloo_run(tmp_path):
     out = tmp_path / "ddp"
-    env = {"OMP_NUM_THREADS": "1"}
+    env = CPU_PROCESSES
     # `python -m torch.distributed.run` is torchrun, from this interpreter whatever the PATH.
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                "--master_port", str(29500 + os.getpid() % 1000), "-m", "muxplm.cli", *MLM, *micro_flags(max_steps=4, save_steps=2, eval_steps=4),

@@ -45,7 +45,7 @@ def make_accelerator(config: TrainConfig) -> Accelerator:
     if precision == "fp16" and not torch.cuda.is_available():
         raise ValueError("--mixed-precision fp16 needs a CUDA GPU; on the CPU use bf16 or no")
     folders = ProjectConfiguration(project_dir=config.output_dir, logging_dir=str(Path(config.output_dir) / "trackers"))
-    return Accelerator(mixed_precision=precision, cpu=_multi_cpu(), log_with=trackers(config.report_to) or None,
+    return Accelerator(mixed_precision=precision, cpu=_cpu_processes(), log_with=trackers(config.report_to) or None,
                        project_config=folders)
 
 
@@ -65,10 +65,19 @@ def trackers(report_to: list[str] | None) -> list[str]:
     return [name for name in report_to if name != "none"]
 
 
-def _multi_cpu() -> bool:
-    # Without a GPU, several processes (torchrun / accelerate launch) must use the CPU (gloo)
-    # backend, which Accelerate only picks when told so.
-    return not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+def _cpu_processes() -> bool:
+    """Without a GPU, several processes (torchrun / accelerate launch) must use the CPU (gloo)
+    backend, which Accelerate only picks when told so. With GPUs every process needs its own:
+    more are refused here, before the first barrier (CUDA would fail there with "invalid device
+    ordinal")."""
+    if not torch.cuda.is_available():
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    local_processes, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count()
+    if local_processes > gpus:
+        raise ValueError(f"{local_processes} processes on this machine but {gpus} GPU(s): start one process per GPU "
+                         f"(torchrun --nproc-per-node {gpus}), or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train "
+                         f"in CPU processes")
+    return False
 
 
 def process_state():
@@ -77,7 +86,7 @@ def process_state():
     ungrouped, each believing it is the main one)."""
     from accelerate import PartialState
 
-    return PartialState(cpu=_multi_cpu())
+    return PartialState(cpu=_cpu_processes())
 
 
 @dataclass
