@@ -137,6 +137,7 @@ class TrainConfig:
 
 
 FIELD_NAMES = {f.name for f in dataclasses.fields(TrainConfig)}
+LIST_FIELDS = {f.name for f in dataclasses.fields(TrainConfig) if str(f.type).startswith("list")}
 
 # Paper recipe (DESIGN.md §2): priming 10k steps at 1e-4; pre-training 1e-4, 10k warmup, batch
 # 256, seq 512; fine-tuning 2e-5 (5e-5 also studied), warmup 10%, weight decay 0, batch 32, seq 128.
@@ -282,7 +283,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(settings) - FIELD_NAMES)
     if unknown:
         raise ValueError(f"{path}: unknown setting(s) {', '.join(unknown)}")
-    for name in ("train_file", "report_to", "corpus_sources"):
+    for name in LIST_FIELDS:  # one value where a list is expected
         if isinstance(settings.get(name), str):
             settings[name] = [settings[name]]
     return settings
