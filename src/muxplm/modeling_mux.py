@@ -397,11 +397,12 @@ class MuxPreTrainedModel(PreTrainedModel):
         return loaded
 
     @classmethod
-    def from_encoder(cls, path: str | os.PathLike, **config_overrides):
+    def from_encoder(cls, path: str | os.PathLike, keep_layers: int | None = None, **config_overrides):
         """Warm-start from a plain BERT/ELECTRA checkpoint directory: its embedding and
         encoder weights are copied, the mux/demux modules and heads start fresh (a retrieval
         head's decoder from the word embeddings).
 
+        ``keep_layers`` keeps only the plain encoder's first k layers (a cut encoder);
         ``config_overrides`` (e.g. ``num_instances=2, num_labels=3``) are applied on top of
         the plain config.
         """
@@ -411,12 +412,18 @@ class MuxPreTrainedModel(PreTrainedModel):
                 f"{path} holds a {plain_config.model_type!r} model; {cls.__name__}.from_encoder needs a "
                 f"plain {cls.plain_model_type!r} checkpoint"
             )
+        layers = plain_config.num_hidden_layers
+        if keep_layers is not None and not 1 <= keep_layers <= layers:
+            raise ValueError(f"keep_layers must lie in [1, {layers}] for the {layers}-layer encoder {path}, "
+                             f"got {keep_layers}")
         settings = plain_config.to_dict()
         for key in ("model_type", "architectures", "transformers_version", "_name_or_path"):
             settings.pop(key, None)
+        settings["num_hidden_layers"] = keep_layers or layers
         settings.update(config_overrides)
         model = cls(cls.config_class(**settings))
         plain = AutoModel.from_pretrained(path)
+        plain.encoder.layer = plain.encoder.layer[: settings["num_hidden_layers"]]
         target = model.base_model
         for name in ("embeddings", "encoder", "embeddings_project"):
             source = getattr(plain, name, None)

@@ -11,7 +11,8 @@ import torch
 from training_utils import micro_flags, read_log, run_cli
 from transformers import BertConfig, BertModel
 
-from muxplm import MuxBertForRetrieval
+from muxplm import MuxBertForRetrieval, MuxBertModel
+from muxplm.training.config import build_config
 from muxplm.training.convert import conversion_config, convert
 
 FAST = dict(max_steps=3, batch_groups=4, corpus_sources=["moby_dick"], corpus_max_words=6000, logging_steps=1,
@@ -77,3 +78,44 @@ def test_the_gpu_recipe_needs_cuda_and_is_the_measured_recipe_in_bf16(plain_dir,
     assert gpu.mixed_precision == "bf16" and cpu.mixed_precision == "no"
     assert {**vars(gpu), "mixed_precision": "no"} == vars(cpu)  # everything else as measured
     assert conversion_config(plain_dir, 5, tmp_path, gpu=True, max_steps=7).max_steps == 7  # flags still win
+
+
+def test_a_cut_encoder_keeps_the_plain_models_first_layers(tmp_path):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=200, hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=32)
+    plain = BertModel(config, add_pooling_layer=False).eval()
+    plain.save_pretrained(tmp_path / "four")
+    ids = torch.randint(5, 200, (3, 10))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    with torch.no_grad():
+        states = plain(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    for k in (1, 3):
+        cut = MuxBertModel.from_encoder(tmp_path / "four", keep_layers=k, num_instances=1, mux_type="identity",
+                                        demux_type="identity").eval()
+        assert cut.config.num_hidden_layers == k and len(cut.encoder.layer) == k
+        with torch.no_grad():
+            out = cut(ids, attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(out[mask.bool()], states[k][mask.bool()], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"keep_layers must lie in \[1, 4\]"):
+        MuxBertModel.from_encoder(tmp_path / "four", keep_layers=5, num_instances=1)
+
+
+def test_cut_encoders_from_the_command_line_and_in_the_conversion_recipe(plain_dir, tmp_path):
+    BertConfig(num_hidden_layers=6).save_pretrained(tmp_path / "six")
+    assert conversion_config(tmp_path / "six", 2, tmp_path, keep_layers=2).num_unmuxed_layers == 1  # <= k - 1
+    with pytest.raises(ValueError, match="keep_layers"):
+        build_config(stage="finetune", task="sentiment", preset="tiny", keep_layers=2)  # nothing to cut
+    out = tmp_path / "cut"
+    tuned = run_cli("finetune", "--task", "sentiment", "--init-encoder", str(plain_dir), "--keep-layers", "1",
+                    "--num-instances", "1", "--output-dir", str(out), "--max-steps", "2", "--max-train-examples",
+                    "32", "--max-eval-examples", "16", "--eval-steps", "2", *micro_flags()[2:])
+    assert tuned.returncode == 0, tuned.stderr
+    assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 1
+    converted = run_cli("convert", str(plain_dir), "--num-instances", "2", "--keep-layers", "1", "--output-dir",
+                        str(tmp_path / "mux"), "--max-steps", "1", "--batch-groups", "4", "--eval-steps", "1",
+                        "--save-steps", "1", *micro_flags()[6:])
+    assert converted.returncode == 0, converted.stderr
+    saved = json.loads((tmp_path / "mux" / "config.json").read_text())
+    assert saved["num_hidden_layers"] == 1 and saved["num_unmuxed_layers"] == 0

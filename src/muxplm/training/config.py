@@ -54,6 +54,8 @@ class TrainConfig:
     preset: str | None = setting(help="fresh model of this size", choices=tuple(SIZE_PRESETS))
     init: str | None = setting(help="start from this MUX checkpoint directory")
     init_encoder: str | None = setting(help="warm-start from a plain BERT/ELECTRA directory")
+    keep_layers: int | None = setting(help="with --init-encoder or convert: keep only the plain encoder's first k "
+                                           "layers (a cut encoder: fewer layers, faster, and stackable with N)")
     family: str | None = setting(help="bert or electra (default: from --init, else by stage)", choices=FAMILIES)
     num_instances: int | None = setting(help="N, inputs per forward pass (1 = plain baseline)")
     # No fixed choices: any registered variant is accepted (the model config checks the registries).
@@ -231,6 +233,9 @@ def validate(config: TrainConfig) -> None:
     sources = [name for name in ("preset", "init", "init_encoder") if getattr(config, name)]
     if len(sources) > 1:
         raise ValueError(f"give only one of --preset, --init, --init-encoder (got {', '.join(sources)})")
+    if config.keep_layers is not None and (config.keep_layers < 1 or not config.init_encoder):
+        raise ValueError(f"keep_layers cuts a plain encoder given with --init-encoder (or convert) to its first "
+                         f"k >= 1 layers, got keep_layers={config.keep_layers} and init_encoder={config.init_encoder!r}")
     if config.stage == "finetune" and not (config.task or config.train_file):
         raise ValueError("fine-tuning needs --task NAME or --train-file FILE")
     positive = ("lr", "batch_size", "batch_groups", "eval_batch_size", "max_length", "gradient_accumulation_steps")

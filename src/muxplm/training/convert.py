@@ -34,7 +34,8 @@ CONVERT_RECIPE: dict[str, Any] = dict(
 GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
 
 
-def conversion_settings(plain_dir: str | Path, num_instances: int, gpu: bool = False) -> dict[str, Any]:
+def conversion_settings(plain_dir: str | Path, num_instances: int, gpu: bool = False,
+                        keep_layers: int | None = None) -> dict[str, Any]:
     """The recipe for one encoder (``gpu``: the GPU recipe): keys of norm sqrt(hidden_size), so
     that each entry is of unit scale and the mixture keeps the scale of the states the
     pretrained layers expect; at most all but one layer run unmuxed."""
@@ -47,7 +48,8 @@ def conversion_settings(plain_dir: str | Path, num_instances: int, gpu: bool = F
     plain = AutoConfig.from_pretrained(plain_dir)
     settings = dict(CONVERT_RECIPE, **(GPU_CONVERT_RECIPE if gpu else {}), init_encoder=str(plain_dir),
                     num_instances=num_instances, mux_key_norm=math.sqrt(plain.hidden_size))
-    settings["num_unmuxed_layers"] = min(settings["num_unmuxed_layers"], plain.num_hidden_layers - 1)
+    layers = min(keep_layers or plain.num_hidden_layers, plain.num_hidden_layers)
+    settings["num_unmuxed_layers"] = min(settings["num_unmuxed_layers"], layers - 1)
     return settings
 
 
@@ -63,7 +65,8 @@ def conversion_config(plain_dir: str | Path, num_instances: int, output_dir: str
     if given.get("init") or given.get("preset"):
         raise ValueError("convert starts from the plain encoder it is given; --init/--preset do not apply")
     # build_config layers the flags (None: unset) over the file settings, as for every stage.
-    return build_config({**conversion_settings(plain_dir, num_instances, gpu), **(file_settings or {})},
+    recipe = conversion_settings(plain_dir, num_instances, gpu, keep_layers=given.get("keep_layers"))
+    return build_config({**recipe, **(file_settings or {})},
                         **overrides, output_dir=str(output_dir))
 
 

@@ -166,7 +166,7 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
         _say_if_head_restarts(saved, model, config.init)
     elif config.init_encoder:
         mux.setdefault("num_instances", 2)
-        model = model_class.from_encoder(config.init_encoder, **mux, **overrides)
+        model = model_class.from_encoder(config.init_encoder, keep_layers=config.keep_layers, **mux, **overrides)
     elif config.preset:
         model_config = CONFIG_CLASSES[family].from_preset(
             config.preset, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **mux, **overrides
