@@ -164,3 +164,88 @@ def test_round_robin_times_every_model_each_trial_and_rates_use_the_chosen_clock
     assert measured["samples_per_s"] == 6.0 and measured["std"] == 2.0
     with pytest.raises(ValueError, match="unknown clock"):
         rates([(1.0, 1.0)], samples=1, clock="gpu")
+
+
+# --------------------------------------------------------------------------- user checkpoints
+
+
+@pytest.fixture(scope="module")
+def checkpoint_dirs(tmp_path_factory):
+    """Two fine-tuned-style classifiers (N = 1 and N = 2) in runs/<name>/3-sentiment, the layout
+    `muxplm finetune` leaves, and an MLM checkpoint that is not a classifier."""
+    from transformers import AutoTokenizer
+
+    from muxplm import MuxBertConfig, MuxBertForMaskedLM, MuxBertForSequenceClassification
+    from muxplm.serving.predictor import default_tokenizer_path
+
+    tokenizer = AutoTokenizer.from_pretrained(default_tokenizer_path())
+    root = tmp_path_factory.mktemp("runs")
+    tiny = dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64)
+    folders = {}
+    for n in (1, 2):
+        torch.manual_seed(n)
+        config = MuxBertConfig.from_preset("tiny", **tiny, num_instances=n, num_labels=2,
+                                           demux_type="unbind" if n > 1 else "identity")
+        folders[n] = root / f"n{n}" / "3-sentiment"
+        MuxBertForSequenceClassification(config).save_pretrained(folders[n])
+        tokenizer.save_pretrained(folders[n])
+    folders["mlm"] = root / "n2" / "2-mlm"
+    MuxBertForMaskedLM(MuxBertConfig.from_preset("tiny", **tiny, num_instances=2)).save_pretrained(folders["mlm"])
+    return folders
+
+
+def test_checkpoint_labels_are_directory_names_made_distinct(tmp_path):
+    from muxplm.bench.throughput import checkpoint_labels
+
+    assert list(checkpoint_labels([tmp_path / "a", tmp_path / "b"])) == ["a", "b"]
+    assert list(checkpoint_labels([tmp_path / "n2" / "ft", tmp_path / "n5" / "ft"])) == ["n2/ft", "n5/ft"]
+    with pytest.raises(ValueError, match="given twice"):
+        checkpoint_labels([tmp_path / "a", str(tmp_path / "a") + "/"])
+
+
+def test_bench_throughput_times_checkpoints_and_their_int8_copies(checkpoint_dirs, tmp_path, capsys):
+    from muxplm.cli import main
+
+    out = tmp_path / "checkpoints.json"
+    code = main(["bench", "throughput", "--model", str(checkpoint_dirs[1]), "--model", str(checkpoint_dirs[2]),
+                 "--quantize", "none,int8", "--batch-size", "4", "--seq-len", "8", "--batches", "2", "--trials", "1",
+                 "--warmup", "0", "--device", "cpu", "--output", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    rows = report["results"]
+    assert [r["label"] for r in rows] == ["n1/3-sentiment", "n1/3-sentiment int8", "n2/3-sentiment",
+                                          "n2/3-sentiment int8"]
+    assert [r["precision"] for r in rows] == ["fp32", "int8", "fp32", "int8"]
+    assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 and len(r["trials"]) == 1 for r in rows)
+    assert rows[3]["speedup"] == pytest.approx(rows[3]["samples_per_s"] / rows[0]["samples_per_s"])
+    assert rows[2]["checkpoint"] == str(checkpoint_dirs[2]) and report["settings"]["quantize"] == ["none", "int8"]
+    printed = capsys.readouterr().out
+    assert "n2/3-sentiment int8" in printed and "speed-up" in printed
+
+
+def test_bench_throughput_refuses_a_checkpoint_that_is_not_a_classifier(checkpoint_dirs, capsys):
+    from muxplm.cli import main
+
+    code = main(["bench", "throughput", "--model", str(checkpoint_dirs[1]), "--model", str(checkpoint_dirs["mlm"]),
+                 "--batches", "1", "--trials", "1", "--device", "cpu"])
+    assert code == 2
+    error = capsys.readouterr().err
+    assert str(checkpoint_dirs["mlm"]) in error and "not a fine-tuned classifier" in error
+    assert main(["bench", "throughput", "--model", str(checkpoint_dirs[1]), "--heads", "token"]) == 2
+    assert "--heads pick models of the grid" in capsys.readouterr().err
+    assert main(["bench", "throughput", "--sizes", "tiny", "--quantize", "int8"]) == 2
+    assert "--quantize goes with --model" in capsys.readouterr().err
+
+
+def test_time_checkpoints_takes_loaded_models_and_refuses_int8_off_the_cpu(checkpoint_dirs):
+    from muxplm.bench.throughput import time_checkpoints
+    from muxplm.training import load_classifier
+
+    model = load_classifier(checkpoint_dirs[2])[0]
+    results = time_checkpoints({"mine": model, "theirs": checkpoint_dirs[1]}, quantize=("int8",), batch_size=4,
+                               seq_length=8, batches=1, trials=1, warmup=0)
+    assert list(results) == ["mine int8", "theirs int8"] and results["mine int8"]["checkpoint"] is None
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        time_checkpoints({"mine": model}, quantize=("none", "int8"), device="cuda")
+    with pytest.raises(ValueError, match="distinct"):
+        time_checkpoints({"mine": model}, quantize=("int8", "int8"))

@@ -6,7 +6,11 @@ import argparse
 import json
 import os
 
+from ..quantization import QUANTIZE_CHOICES
 from .throughput import CLOCKS, DTYPES, HEADS, VARIANTS
+
+# The flags that pick models of the benchmark grid; --model times given checkpoints instead.
+GRID_OPTIONS = ("sizes", "instances", "mux", "demux", "heads", "variants", "no_transformers")
 
 
 def _csv(kind=str):
@@ -33,8 +37,15 @@ def register(subparsers) -> None:
         help="samples/s of MUX models vs the N=1 model and transformers.BertModel",
         description="Paper protocol: batch x seq on the device, warm-up, then TRIALS trials of BATCHES "
         "mini-batches in inference mode, models timed round robin. Prints a table and the target checks; "
-        "writes JSON (+ a PNG next to it) with --output.",
+        "writes JSON (+ a PNG next to it) with --output. With --model: the given fine-tuned checkpoints "
+        "instead of the grid, side by side, each in every --quantize precision.",
     )
+    tp.add_argument("--model", dest="models", action="append", metavar="DIR",
+                    help="a fine-tuned checkpoint to time instead of the grid (repeatable); speed-ups are over "
+                    "the first one")
+    tp.add_argument("--quantize", type=_csv(), default=None,
+                    help=f"with --model: comma list of precisions from {','.join(QUANTIZE_CHOICES)} to time every "
+                    "model in, e.g. none,int8 (default: none; int8: CPU only)")
     _add_model_grid(tp)
     tp.add_argument("--heads", type=_csv(), default=list(HEADS), help=f"subset of {','.join(HEADS)}")
     tp.add_argument("--variants", type=_csv(), default=["default"],
@@ -49,7 +60,7 @@ def register(subparsers) -> None:
                     help="wall: elapsed time (paper); process: CPU seconds of this process (shared CPU machines)")
     tp.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     tp.add_argument("--output", help="results JSON path; the plot goes next to it as .png")
-    tp.set_defaults(func=_run_throughput)
+    tp.set_defaults(func=_run_throughput, grid_defaults={name: tp.get_default(name) for name in GRID_OPTIONS})
 
     pf = bench_sub.add_parser("profile", help="per-stage time of one forward pass and the top operators")
     _add_model_grid(pf)
@@ -129,21 +140,29 @@ def _add_model_grid(parser) -> None:
 
 
 def _grid(args, variants=("default",), with_transformers=True):
-    import torch
-
     from .throughput import build_specs
 
-    if getattr(args, "threads", None):
-        torch.set_num_threads(args.threads)
+    _set_threads(args)
     device = args.device or _default_device()
     sizes = args.sizes or (["tiny", "small", "base", "large"] if device.startswith("cuda") else ["tiny", "small"])
     specs = build_specs(sizes, args.instances, args.mux, args.demux, variants, with_transformers)
     return specs, device
 
 
+def _set_threads(args) -> None:
+    import torch
+
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+
+
 def _run_throughput(args) -> int:
     from .throughput import format_table, plot_throughput, run_throughput
 
+    if args.models:
+        return _time_checkpoints(args)
+    if args.quantize is not None:
+        raise ValueError("--quantize goes with --model; the grid's int8 models are chosen with --variants int8")
     specs, device = _grid(args, args.variants, not args.no_transformers)
     report = run_throughput(
         specs, args.heads, batch_size=args.batch_size, seq_len=args.seq_len, warmup=args.warmup,
@@ -162,6 +181,28 @@ def _run_throughput(args) -> int:
         if len(args.variants) > 1:  # do stacked speed-ups multiply? plot them against the plain model
             png = plot_throughput(report, os.path.splitext(args.output)[0] + "-vs-default.png", against="default_n1")
             print(f"wrote {png}")
+    return 0
+
+
+def _time_checkpoints(args) -> int:
+    from .throughput import checkpoint_labels, environment, format_checkpoint_table, time_checkpoints
+
+    grid_flags = [f"--{name.replace('_', '-')}" for name, default in args.grid_defaults.items()
+                  if getattr(args, name) != default]
+    if grid_flags:
+        raise ValueError(f"{', '.join(grid_flags)} pick models of the grid; --model times the given checkpoints instead")
+    _set_threads(args)
+    device = args.device or _default_device()
+    quantize = args.quantize or ["none"]
+    settings = dict(batch_size=args.batch_size, seq_length=args.seq_len, batches=args.batches, trials=args.trials,
+                    warmup=args.warmup, clock=args.clock, device=device, dtype=args.dtype)
+    results = time_checkpoints(checkpoint_labels(args.models), quantize=quantize, **settings)
+    print(format_checkpoint_table(results))
+    if args.output:
+        report = dict(environment=environment(device), settings=dict(settings, quantize=quantize),
+                      results=[dict(label=label, **row) for label, row in results.items()])
+        _write_json(args.output, report)
+        print(f"wrote {args.output}")
     return 0
 
 

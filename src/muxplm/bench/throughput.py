@@ -20,6 +20,9 @@ complementary speed-up on every model of the grid so one can see whether gains m
 ``speedup_vs_n1`` is against the N = 1 model of the same variant, ``speedup_vs_default_n1``
 against the N = 1 ``default`` model: for MUX on int8 the latter is the product of both gains
 when they multiply.
+
+:func:`time_checkpoints` times a user's fine-tuned checkpoints instead of the grid (and, with
+``quantize=("none", "int8")``, each one's int8 copy next to it), with the same timer and inputs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import platform
 import subprocess
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -38,11 +43,13 @@ from transformers import BertConfig, BertModel
 
 from ..configuration import MuxBertConfig, preset_kwargs
 from ..modeling_bert import MuxBertForSequenceClassification, MuxBertForTokenClassification
-from ..timing import CLOCKS, random_inputs, rates, round_robin, time_batches
+from ..quantization import QUANTIZE_CHOICES, check_quantize, quantize_dynamic_int8
+from ..timing import CLOCKS, random_inputs, rates, round_robin, side_by_side, time_batches
 
 HEADS = ("sentence", "token")
 VARIANTS = ("default", "eager", "int8", "compile", "bfloat16", "float16")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PRECISION_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "int8"}
 NUM_LABELS = {"sentence": 2, "token": 9}  # QQP-like pair classification, CoNLL-like NER tags
 BASELINE_TOLERANCE = 0.02  # the N=1 muxplm model must be within 2% of transformers.BertModel
 
@@ -153,7 +160,7 @@ def build_model(spec: ModelSpec, head: str, device: torch.device, dtype: torch.d
     if spec.variant == "int8":
         if device.type != "cpu" or dtype != torch.float32:
             raise ValueError("the int8 variant (dynamic quantization) runs on the CPU in float32 only")
-        return torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+        return quantize_dynamic_int8(model)
     model = model.to(device=device, dtype=dtype)
     if spec.variant == "compile":
         model = torch.compile(model)
@@ -196,18 +203,8 @@ def run_throughput(
     ``clock="wall"`` (the paper's measure) derives throughput from elapsed time; ``"process"``
     from the CPU seconds this process used, which other processes on a shared CPU machine
     disturb far less (CPU only). Both are always recorded."""
-    device = torch.device(device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
-    if clock not in CLOCKS:
-        raise ValueError(f"unknown clock {clock!r}; choose from {', '.join(CLOCKS)}")
-    if clock == "process" and device.type != "cpu":
-        raise ValueError("clock='process' measures CPU time and only makes sense with --device cpu")
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
-    for name, value in (("batch_size", batch_size), ("seq_len", seq_len), ("trials", trials), ("batches", batches)):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+    device = _check_settings(device, clock, dtype, batch_size=batch_size, seq_len=seq_len, trials=trials,
+                             batches=batches)
     settings = dict(
         batch_size=batch_size, seq_len=seq_len, warmup=warmup, trials=trials, batches=batches,
         device=str(device), dtype=dtype, clock=clock, seed=seed, heads=list(heads),
@@ -222,6 +219,23 @@ def run_throughput(
         log(f"== {size} / {head} head: {len(group)} models, batch {batch_size} x {seq_len}, {device} {dtype}")
         rows += _time_group(group, head, inputs, warmup, trials, batches, device, DTYPES[dtype], batch_size, clock, log)
     return summarise(rows, settings, environment(device))
+
+
+def _check_settings(device: str | torch.device, clock: str, dtype: str, **counts: int) -> torch.device:
+    """The device to time on, or a ``ValueError`` for settings that cannot be measured."""
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
+    if clock not in CLOCKS:
+        raise ValueError(f"unknown clock {clock!r}; choose from {', '.join(CLOCKS)}")
+    if clock == "process" and device.type != "cpu":
+        raise ValueError("clock='process' measures CPU time and only makes sense with --device cpu")
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose from {', '.join(DTYPES)}")
+    for name, value in counts.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    return device
 
 
 def _time_group(group, head, inputs, warmup, trials, batches, device, dtype, batch_size, clock, log) -> list[dict]:
@@ -322,6 +336,98 @@ def format_table(report: dict) -> str:
             f"{row['name']:58s} {row['head']:8s} {row['throughput']:10.1f} {row['throughput_std']:6.1f} "
             f"{fmt(row['speedup_vs_n1']):>7s} {fmt(row['speedup_vs_default_n1']):>7s} {fmt(row['speedup_vs_transformers']):>6s}"
         )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- user checkpoints
+
+
+def checkpoint_labels(paths: Sequence[str | os.PathLike]) -> dict[str, str]:
+    """A label per checkpoint directory: its name, or as many trailing path parts as make the
+    labels distinct (``runs/n2/3-sentiment`` and ``runs/n5/3-sentiment``: ``n2/3-sentiment``,
+    ``n5/3-sentiment``). Returns ``{label: path}`` in the order given."""
+    resolved = [Path(path).resolve() for path in paths]
+    for index, path in enumerate(resolved):
+        if path in resolved[:index]:
+            raise ValueError(f"checkpoint {paths[index]} is given twice")
+    for depth in range(1, max((len(path.parts) for path in resolved), default=1) + 1):
+        labels = ["/".join(path.parts[-depth:]).lstrip("/") for path in resolved]
+        if len(set(labels)) == len(labels):
+            return {label: str(path) for label, path in zip(labels, paths)}
+    raise AssertionError("distinct resolved paths always have distinct labels")
+
+
+def time_checkpoints(
+    models: Mapping[str, str | os.PathLike | nn.Module],
+    *,
+    quantize: Sequence[str] = ("none",),
+    batch_size: int = 128,
+    seq_length: int = 128,
+    batches: int = 200,
+    trials: int = 3,
+    warmup: int = 3,
+    clock: str = "wall",
+    device: str | torch.device = "cpu",
+    dtype: str = "float32",
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Inference samples/s of fine-tuned classifiers, all timed round robin on one random batch
+    (:func:`muxplm.timing.side_by_side`, the timer and inputs of the benchmark and the
+    reproduction).
+
+    ``models`` maps a label to a checkpoint directory or a loaded model; every model is put on
+    ``device`` in ``dtype``. ``quantize`` lists the precisions to time each one in: ``"none"``
+    (``dtype``) and ``"int8"`` (its int8 dynamically quantised copy, labelled ``"<label> int8"``;
+    CPU and float32 only). Returns ``{label: {"model", "precision", "checkpoint", "samples_per_s",
+    "std", "trials", "wall_samples_per_s", "cpu_samples_per_s", "speedup"}}``, models in the
+    order given, each one's precisions next to it; ``speedup`` is over the first entry.
+    Raises ``ValueError`` naming a directory that does not hold a fine-tuned classifier."""
+    from ..training.models import load_classifier
+
+    quantize = [check_quantize(choice, device, dtype) for choice in quantize]  # int8 off the CPU: refused first
+    device = _check_settings(device, clock, dtype, batch_size=batch_size, seq_length=seq_length, trials=trials,
+                             batches=batches)
+    if not quantize or len(set(quantize)) != len(quantize):
+        raise ValueError(f"quantize must list distinct choices of {', '.join(QUANTIZE_CHOICES)}, got {quantize}")
+    if not models:
+        raise ValueError("no model to time")
+    variants: dict[str, nn.Module] = {}
+    described: dict[str, dict[str, Any]] = {}
+    for label, model in models.items():
+        checkpoint = None
+        if not isinstance(model, nn.Module):
+            checkpoint = str(model)
+            try:
+                model = load_classifier(checkpoint)[0]
+            except ValueError as error:
+                raise ValueError(f"cannot time {checkpoint}: {error}") from None
+        model.eval()
+        for choice in quantize:
+            name = label if choice == "none" else f"{label} {choice}"
+            if name in variants:
+                raise ValueError(f"two models are labelled {name!r}")
+            # The int8 copy comes from the model as loaded (float32, CPU), before the move below.
+            variants[name] = quantize_dynamic_int8(model) if choice == "int8" else model
+            described[name] = dict(model=label, precision=PRECISION_NAMES[dtype if choice == "none" else choice],
+                                   checkpoint=checkpoint)
+        if "none" in quantize:
+            model.to(device=device, dtype=DTYPES[dtype])
+    measured = side_by_side(variants, batch_size=batch_size, seq_length=seq_length, batches=batches, trials=trials,
+                            device=device, clock=clock, warmup=warmup, seed=seed)
+    first = measured[next(iter(variants))]["samples_per_s"]
+    return {name: dict(described[name], samples_per_s=m["samples_per_s"], std=m["std"], trials=m["trials"],
+                       wall_samples_per_s=m["wall_samples_per_s"], cpu_samples_per_s=m["cpu_samples_per_s"],
+                       speedup=m["samples_per_s"] / first)
+            for name, m in measured.items()}
+
+
+def format_checkpoint_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """A fixed-width table of :func:`time_checkpoints`' results, one line per model and precision."""
+    width = max([24, *map(len, results)])
+    lines = [f"{'model':{width}s} {'precision':9s} {'samples/s':>10s} {'±':>7s} {'speed-up':>8s}"]
+    for label, row in results.items():
+        lines.append(f"{label:{width}s} {row['precision']:9s} {row['samples_per_s']:10.1f} {row['std']:7.1f} "
+                     f"{row['speedup']:7.2f}x")
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ import sys
 
 from transformers import HfArgumentParser
 
+from ..quantization import QUANTIZE_CHOICES
 from .config import PRETRAIN_STAGES, TrainConfig, build_config, load_config_file
 from .loop import TrainingDiverged
 
@@ -56,6 +57,8 @@ def register(subparsers) -> None:
     evaluate.add_argument("--max-examples", type=int, help="score only a fixed subset of this many examples")
     evaluate.add_argument("--cache-dir")
     evaluate.add_argument("--device", help="cpu (default), cuda or cuda:K")
+    evaluate.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
+                          help="int8: score the int8 dynamically quantised model (CPU only)")
     evaluate.add_argument("--output", help="results JSON (default: CHECKPOINT/eval_results.json)")
     evaluate.set_defaults(func=_evaluate)
 
@@ -177,7 +180,7 @@ def _evaluate(args) -> int:
         args.checkpoint, args.task, seeds=args.seeds, ensemble=args.ensemble, batch_size=args.batch_size,
         max_length=args.max_length, split=args.split, validation_file=args.validation_file,
         task_kind=args.task_kind, max_examples=args.max_examples, cache_dir=args.cache_dir, output_file=output,
-        device=args.device,
+        device=args.device, quantize=args.quantize,
     )
     Console().print(results_table(result))
     print(f"results written to {output}")
