@@ -20,6 +20,10 @@ from .config import TrainConfig, build_config
 # as plain MiniLM that keeps 96.3 / 94.0 / 90.7 % of its sentence-task average at N = 2 / 5 / 10
 # and runs 1.5x / 1.9x / 1.9x as fast; two keep 92.2 / 86.3 / 88.7 % at 1.6x / 2.0x / 2.3x, none
 # left N = 2 sentiment at 68.5 % (benchmarks/results/reproduce/convert-k3, .../convert).
+# It is the most accurate conversion found, but not ahead of MiniLM cut to its first layers
+# (--keep-layers) at the same speed (benchmarks/results/convert-pareto). With every layer on
+# the mixture (K = 0), 15x the priming or distilling the plain encoder's states for as long
+# did not lift the fine-tuned score (benchmarks/results/convert-curves).
 # Distilling the plain encoder's states as well (--teacher PLAIN_DIR) changed nothing measurable
 # at twice the step cost, so it is off.
 CONVERT_RECIPE: dict[str, Any] = dict(
@@ -30,7 +34,8 @@ CONVERT_RECIPE: dict[str, Any] = dict(
 # On a GPU (``muxplm convert --gpu``): the measured recipe as it is, in bf16 (seconds to minutes).
 # Not longer: three times the priming steps doubled N = 10's held-out retrieval (27 -> 56 %) but
 # fine-tuned no better on trec and 2.4 points worse on sentiment (benchmarks/README.md,
-# *Longer conversion priming*). Not yet run on a GPU.
+# *Longer conversion priming*). Conversions ran on an H100 in fp32 (benchmarks/results/convert-curves);
+# this bf16 recipe itself has not.
 GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
 
 
