@@ -3,6 +3,7 @@ model replaced whole or not at all whatever the point of a crash."""
 
 import json
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -153,3 +154,77 @@ def test_recovering_another_runs_folder_removes_nothing(tmp_path):
     assert publishing.is_dir()
     ckpt.recover_run_folder(run)  # this run's own folder: debris of a swap that never started
     assert not publishing.exists()
+
+
+# ------------------------------------------------------------------ checkpoint state carries no code
+
+
+class _Payload:
+    """A pickle that, unpickled in full, creates ``marker``: what a crafted checkpoint file would
+    do with a shell command instead."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def _real_checkpoint(folder):
+    """What ``accelerator.save_state`` writes for a run like ours (optimizer, the registered
+    scheduler, RNG states), plus the state file and weights of a checkpoint."""
+    from accelerate import Accelerator
+    from transformers import get_linear_schedule_with_warmup
+
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = get_linear_schedule_with_warmup(optimizer, 2, 10)
+    accelerator = Accelerator(cpu=True)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
+    model(torch.ones(3, 4)).sum().backward()
+    optimizer.step()
+    scheduler.step()
+    accelerator.save_state(str(folder))
+    (folder / ckpt.STATE_FILE).write_text(json.dumps({"step": 1}))
+    return accelerator, scheduler
+
+
+@pytest.mark.parametrize("name", ["optimizer.bin", "custom_checkpoint_0.pkl", "random_states_0.pkl", "scaler.pt"])
+def test_a_crafted_pickle_in_a_checkpoint_is_refused_and_never_run(tmp_path, name):
+    import pickle
+
+    folder = tmp_path / "checkpoint-1"
+    folder.mkdir()
+    _real_checkpoint(folder)
+    assert ckpt.verify(folder) is None  # real state loads weights_only (numpy RNG state included)
+    marker = tmp_path / "ran"
+    (folder / name).write_bytes(pickle.dumps({"state": _Payload(marker)}))
+    problem = ckpt.verify(folder)
+    assert problem is not None and name in problem and "weights-only" in problem, problem
+    assert ckpt.resumable_checkpoint(tmp_path, lambda message: None) is None
+    assert not marker.exists()
+
+
+def test_resume_loads_every_file_weights_only(tmp_path):
+    """Accelerate's ``load_state`` unpickles the registered scheduler in full; the training loop
+    runs it under ``weights_only_loads``, where a crafted file is refused unrun and a real one loads."""
+    import pickle
+
+    folder = tmp_path / "checkpoint-1"
+    folder.mkdir()
+    accelerator, scheduler = _real_checkpoint(folder)
+    with ckpt.weights_only_loads():
+        accelerator.load_state(str(folder))
+    assert scheduler.last_epoch == 1
+    marker = tmp_path / "ran"
+    (folder / "custom_checkpoint_0.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(Exception, match="(?i)weights only"):
+        with ckpt.weights_only_loads():
+            accelerator.load_state(str(folder))
+    assert not marker.exists()
+    with pytest.raises(Exception):  # the plain torch.load of the same file is refused too
+        with ckpt.weights_only_loads():
+            torch.load(folder / "custom_checkpoint_0.pkl", weights_only=False)
+    assert not marker.exists()
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in __import__("os").environ  # restored afterwards

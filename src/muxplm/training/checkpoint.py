@@ -11,6 +11,7 @@ mid-write leaves at most a temp folder, which resume ignores and the next save r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -258,12 +259,64 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path} is corrupt ({error})") from error
 
 
-def load_file(path: Path, map_location=None) -> Any:
-    """``torch.load`` of a checkpoint file, with an error that names the file."""
+def _safe_globals() -> list:
+    """The only classes and functions a checkpoint's pickles may name besides tensors and plain
+    containers: NumPy's RNG state (an ``ndarray`` of ``uint32``, in ``random_states_<rank>.pkl``),
+    the same list Accelerate allows for its own ``weights_only`` loads."""
     try:
-        return torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as error:  # truncated or garbled pickles raise many types
-        raise ValueError(f"{path} is corrupt or unreadable ({type(error).__name__}: {error})") from error
+        from accelerate.utils.other import TORCH_SAFE_GLOBALS
+
+        return list(TORCH_SAFE_GLOBALS)
+    except ImportError:  # another Accelerate: name NumPy's types ourselves
+        import numpy as np
+
+        try:
+            from numpy._core.multiarray import _reconstruct
+        except ImportError:
+            from numpy.core.multiarray import _reconstruct
+        return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), __import__("codecs").encode]
+
+
+@contextlib.contextmanager
+def weights_only_loads():
+    """Every ``torch.load`` inside is a ``weights_only`` load, whatever its caller asks for
+    (Accelerate's ``load_state`` reads the registered scheduler with ``weights_only=False``): a
+    pickle that names any class or function outside tensors, plain containers and NumPy's RNG
+    state is refused instead of run. Meant for the main thread while it loads a checkpoint."""
+    previous = os.environ.get(_FORCE_WEIGHTS_ONLY)
+    os.environ[_FORCE_WEIGHTS_ONLY] = "1"
+    try:
+        with torch.serialization.safe_globals(_safe_globals()):
+            yield
+    finally:
+        if previous is None:
+            os.environ.pop(_FORCE_WEIGHTS_ONLY, None)
+        else:
+            os.environ[_FORCE_WEIGHTS_ONLY] = previous
+
+
+_FORCE_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"  # read by torch.load on every call
+
+
+def load_file(path: Path, map_location=None) -> Any:
+    """``torch.load`` of a checkpoint file, ``weights_only`` (a pickle naming anything but tensors,
+    plain containers and NumPy's RNG state is refused unrun), with an error that names the file."""
+    try:
+        with torch.serialization.safe_globals(_safe_globals()):
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # truncated, garbled or code-carrying pickles raise many types
+        raise ValueError(f"{path} is corrupt, unreadable or not plain checkpoint state "
+                         f"({type(error).__name__}: {_first_line(error)})") from error
+
+
+def _first_line(error: Exception) -> str:
+    # torch's refusal of a weights_only load is many lines of advice on how to lift it: only
+    # what it refused is worth repeating.
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = "refused by the weights-only unpickler: " + text.split("WeightsUnpickler error:", 1)[1].split(
+            "Check the documentation", 1)[0]
+    return " ".join(text.split())[:300]
 
 
 def _check_safetensors(path: Path) -> None:

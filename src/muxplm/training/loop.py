@@ -256,8 +256,11 @@ class _Loop:
             state = ckpt.read_state(run.resume_from)
             _check_same_layout(run.resume_from, state, config, self.world)
             # The weights were loaded with the model; tensors are read onto the CPU, then each rank's
-            # optimizer moves its state to its own device (not the saver's cuda:0).
-            accelerator.load_state(str(run.resume_from))
+            # optimizer moves its state to its own device (not the saver's cuda:0). Every file is read
+            # weights_only (Accelerate asks for a full unpickling of the scheduler): a checkpoint
+            # carries state, never code.
+            with ckpt.weights_only_loads():
+                accelerator.load_state(str(run.resume_from))
             self.step, self.micro_step = state["step"], state["micro_step"]
         self.log = RunLog(self.output_dir, accelerator, keep_until_step=self.step if run.resume_from is not None else None,
                           config=config.to_dict())
