@@ -33,3 +33,17 @@ def host_checks_wanted(tensor: torch.Tensor, training: bool) -> bool:
     the stage starts), so that the step does not wait for the host. The losses then take their
     fixed-shape forms (every position scored, the unscored ones weighted out)."""
     return tensor.device.type == "cpu" or not training
+
+
+def check_finite_weights(model: torch.nn.Module, source: object = "the model") -> None:
+    """Refuse weights holding NaN or infinity (a diverged or damaged checkpoint): every prediction
+    from them would be meaningless, and a NaN score is not even valid JSON. Raises ``ValueError``
+    naming ``source`` and the first tensors affected."""
+    bad = []
+    with torch.no_grad():
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                bad.append(name)
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise ValueError(f"{source}: weights hold NaN or infinite values ({shown}); refusing to use them")

@@ -49,7 +49,7 @@ def test_predict_health_metrics_and_schema(predictor):
 def test_predict_fast_path_answers_its_own_faults_and_leaves_other_routes_to_fastapi(predictor):
     app = create_app(predictor, max_batch=8, max_wait_ms=2)
 
-    async def broken(body):
+    async def broken(body, tenant=None):
         raise RuntimeError("a bug in the handler")
 
     async def scenario(client):

@@ -4,6 +4,7 @@ plain text for pre-training."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ def _read_table(path: Path) -> list[dict]:
     """Rows of a CSV / TSV / JSONL (or JSON list) file as dicts."""
     if not path.is_file():
         raise ValueError(f"{path}: file not found")
-    content = path.read_text(encoding="utf-8-sig")
+    content = _read_utf8(path)
     if not content.strip():
         raise ValueError(f"{path}: file is empty")
     suffix = path.suffix.lower()
@@ -38,12 +39,34 @@ def _read_table(path: Path) -> list[dict]:
             raise ValueError(f"{path}: every JSON row must be an object")
     elif suffix in (".csv", ".tsv", ".tab", ".txt"):
         delim = "," if suffix == ".csv" else "\t"
-        rows = list(csv.DictReader(content.splitlines(), delimiter=delim))
+        rows = _read_csv(path, content, delim)
     else:
         raise ValueError(f"{path}: unsupported extension {suffix!r} (use .csv, .tsv or .jsonl)")
     if not rows:
         raise ValueError(f"{path}: file has no data rows")
     return rows
+
+
+def _read_utf8(path: Path) -> str:
+    """The text of a user's file; one that is not UTF-8 is named, with where it stops being UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save the file as UTF-8") from None
+
+
+def _read_csv(path: Path, content: str, delimiter: str) -> list[dict]:
+    """Rows of a CSV / TSV text; a field may be as long as the file (the csv module's default
+    limit, 131,072 characters, would refuse a long document), a malformed line is named."""
+    previous = csv.field_size_limit()
+    csv.field_size_limit(max(previous, len(content) + 1))
+    reader = csv.DictReader(content.splitlines(), delimiter=delimiter)
+    try:
+        return list(reader)
+    except csv.Error as error:
+        raise ValueError(f"{path}:{reader.line_num}: not valid {'CSV' if delimiter == ',' else 'TSV'} ({error})") from None
+    finally:
+        csv.field_size_limit(previous)
 
 
 def _check_columns(path: Path, rows: list[dict], required: Sequence[str]) -> None:
@@ -174,7 +197,7 @@ def read_conll(path: Path) -> list[tuple[list[str], list[str], int]]:
     if not path.is_file():
         raise ValueError(f"{path}: file not found")
     sentences, toks, tags, start = [], [], [], 0
-    with open(path, encoding="utf-8-sig") as f:
+    with io.StringIO(_read_utf8(path)) as f:
         for lineno, line in enumerate(f, 1):
             line = line.rstrip("\r\n")
             if not line.strip():
@@ -255,7 +278,7 @@ def load_text_files(paths: str | Path | Sequence[str | Path]) -> Dataset:
     for p in map(Path, paths):
         if not p.is_file():
             raise ValueError(f"{p}: file not found")
-        lines = p.read_text(encoding="utf-8-sig").splitlines()
+        lines = _read_utf8(p).splitlines()
         paras = paragraphs(lines)
         if not paras:
             raise ValueError(f"{p}: file is empty")

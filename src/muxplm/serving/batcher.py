@@ -2,35 +2,46 @@
 and run together as multiplexed groups of N by one background worker thread.
 
 The worker takes what is waiting, keeps collecting for at most ``max_wait_ms`` or until
-``max_batch`` instances, and runs one forward pass over them (the model groups them by N).
-When the instances do not fill the last group, the empty slots get companions: recently
-served instances, whose outputs are discarded, so that a lone request is multiplexed with real
-inputs as in training and in a full batch (with a filler or copies of itself, the demo's N = 2
-sentiment model loses 7 points). Before any traffic has been served, copies of the waiting
-instances fill the slots and each instance's output is the average over its copies.
+``max_batch`` instances, and runs one forward pass over them, N instances to a group. Which
+inputs share a group decides the answers (a multiplexed model reads its N inputs together), so
+the composition is a policy:
+
+* **Default**: the waiting instances fill groups in arrival order; concurrent requests may share
+  a group. The empty slots of a part-filled group get copies of that group's own instances (each
+  instance's output is the average over its copies), or the operator's fixed companion texts
+  (``companion_texts``): never another client's earlier traffic, so a lone request's answer
+  depends on its own texts only. ``companions=K`` (opt-in) fills them with the K most recently
+  served instances instead, as the model saw real inputs in training (outputs discarded).
+* **Tenants** (``isolate_tenants``): requests are grouped only with requests of the same tenant
+  key (a request without one is a tenant of its own), in the same forward pass.
+* **Deterministic**: every instance is run in a group of its own with fixed companions (copies of
+  itself, or the companion texts), in a pass of fixed shape (``DETERMINISTIC_GROUPS`` groups,
+  padded to a length bucket of the group's own inputs): a text gets the same answer, to the bit,
+  whatever else is served.
 
 Text requests (:meth:`DynamicBatcher.submit_texts`) are tokenized by the worker, all of a
 batch in one tokenizer call, and decoded there too: the event loop only parses and answers.
 
-Requests that ask for ``ensemble`` run in a separate pass with the model's ``ensemble=True``.
+Requests that ask for ``ensemble`` run in a separate pass with the model's ``ensemble=True``
+(one per tenant when tenants are isolated; copies laid out by the batcher when deterministic).
 A failing forward pass fails only the requests of that pass; a text the tokenizer cannot
 read, a failing decode and a failing ``on_batch`` callback fail nothing but their own request
 (or nothing); no fault stops the worker.
 """
-
 from __future__ import annotations
 
 import logging
 import math
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 
+from .limits import check_wait_ms
 from .predictor import Encoded, InputTooLongError, InvalidTextError, Predictor
 
 logger = logging.getLogger(__name__)
@@ -48,6 +59,10 @@ class BatcherClosedError(RuntimeError):
     """The batcher is shutting down and takes no new requests."""
 
 
+class NonFiniteOutputError(RuntimeError):
+    """The model's output for an input holds NaN or infinity: no answer rather than a NaN one."""
+
+
 @dataclass
 class _Request:
     instances: list[Encoded] | None  # None until the worker tokenizes ``texts``
@@ -57,6 +72,7 @@ class _Request:
     pairs: list[str] | None = None
     truncate: bool = False
     future: Future = field(default_factory=Future)
+    tenant: str | None = None
 
 
 @dataclass
@@ -89,6 +105,22 @@ def fill_with_copies(num_instances: int, group_size: int) -> list[int]:
     return rows
 
 
+# Deterministic mode: passes of this many groups (plus one that fixes the padded length), whatever
+# the load, so that every pass has the same shape and a group's outputs do not depend on the others.
+DETERMINISTIC_GROUPS = 8
+_MIN_BUCKET = 16
+_RECENT_TENANTS = 1024  # tenants whose recent traffic is kept (companions=K with isolate_tenants)
+
+
+def length_bucket(length: int, max_length: int) -> int:
+    """The padded length of a deterministic pass holding an input of ``length`` tokens: the next
+    power of two from 16, at most ``max_length``."""
+    bucket = _MIN_BUCKET
+    while bucket < length:
+        bucket *= 2
+    return max(length, min(bucket, max_length))
+
+
 def average_copies(rows: Sequence[int], outputs: Sequence[torch.Tensor], num_instances: int) -> list[torch.Tensor]:
     """Average the outputs of rows that are copies of the same instance."""
     sums: list[torch.Tensor | None] = [None] * num_instances
@@ -110,8 +142,16 @@ class DynamicBatcher:
         fill_slots: fill the last group's empty slots instead of leaving fillers in them: with
             companions from recent traffic when there has been any, else with copies of the
             waiting instances (averaged).
-        companions: how many recently served instances are kept as companions for a part-filled
-            group (their outputs are discarded); 0 fills with copies only.
+        companions: opt-in: how many recently served instances are kept as companions for a
+            part-filled group (their outputs are discarded; with ``isolate_tenants``, the tenant's
+            own). A request's answer then depends on earlier requests, other clients' included.
+            0 (the default): copies, or ``companion_texts``.
+        companion_texts: fixed texts (the operator's calibration set) that fill the empty slots of
+            part-filled groups, in this order (outputs discarded), instead of copies.
+        isolate_tenants: group requests only with requests of the same ``tenant`` (a request
+            without a tenant is grouped with nothing but itself).
+        deterministic: run each instance in a group of its own with fixed companions, in passes
+            of fixed shape: an input's output does not depend on anything else served.
         on_batch: called with a :class:`BatchStats` after every forward pass.
     """
 
@@ -123,11 +163,24 @@ class DynamicBatcher:
         max_wait_ms: float = 5.0,
         max_queue: int = 1024,
         fill_slots: bool = True,
-        companions: int = 64,
+        companions: int = 0,
+        companion_texts: Sequence[str] | None = None,
+        isolate_tenants: bool = False,
+        deterministic: bool = False,
         on_batch: Callable[[BatchStats], None] | None = None,
     ):
-        if max_batch < 1 or max_queue < 1 or max_wait_ms < 0:
-            raise ValueError("max_batch and max_queue must be >= 1 and max_wait_ms >= 0")
+        if companions < 0:
+            raise ValueError(f"companions must be >= 0, got {companions}")
+        if companions and companion_texts:
+            raise ValueError("companions (recent traffic) and companion_texts are exclusive: choose one")
+        if companions and deterministic:
+            raise ValueError("deterministic mode cannot use recent traffic as companions (companions=0)")
+        if max_batch < 1 or max_queue < 1:
+            raise ValueError("max_batch and max_queue must be >= 1")
+        if max_queue < max_batch:
+            raise ValueError(f"max_queue ({max_queue}) must be at least max_batch ({max_batch}): a request of "
+                             f"max_batch instances could never be queued")
+        max_wait_ms = check_wait_ms(max_wait_ms)  # nan would spin the worker, inf kill it
         self.predictor = predictor
         self.max_batch = max_batch
         self.max_wait = max_wait_ms / 1000.0
@@ -140,9 +193,20 @@ class DynamicBatcher:
         self._closing = False
         self._thread: threading.Thread | None = None
         self._rate = 0.0  # recent instances per second, for Retry-After
-        # Recently served instances: a lone request shares its group with real inputs like the
-        # ones the model was trained and measured with, not with copies of itself or fillers.
-        self._recent: deque[Encoded] = deque(maxlen=max(companions, 0))
+        self.isolate_tenants, self.deterministic = isolate_tenants, deterministic
+        # Opt-in: recently served instances (per tenant when isolated), so that a lone request
+        # shares its group with real inputs like the ones the model was trained with.
+        self.companions = companions
+        self._recent: OrderedDict[object, deque[Encoded]] = OrderedDict()
+        # The operator's fixed companions, tokenized once (cut to the longest input served).
+        self.companion_texts = list(companion_texts or [])
+        self._fixed: list[Encoded] = []
+        if self.companion_texts:
+            if any(not text.strip() for text in self.companion_texts):
+                raise ValueError("companion_texts holds an empty text")
+            self._fixed = predictor.encode(self.companion_texts, truncate=True)
+        self._filler = Encoded([], [])  # an all-masked row: enters no mixture
+        self._pads: dict[int, Encoded] = {}  # deterministic mode: a row of each padded length
 
     # ------------------------------------------------------------------ public
 
@@ -163,20 +227,20 @@ class DynamicBatcher:
             self._thread.start()
         return self
 
-    def submit(self, instances: Sequence[Encoded], *, ensemble: bool = False) -> Future:
+    def submit(self, instances: Sequence[Encoded], *, ensemble: bool = False, tenant: str | None = None) -> Future:
         """Queue one request's tokenized instances; the future resolves to one raw output
-        (see :meth:`Predictor.run`) per instance."""
-        return self._enqueue(_Request(list(instances), ensemble, len(instances)))
+        (see :meth:`Predictor.run`) per instance. ``tenant``: see ``isolate_tenants``."""
+        return self._enqueue(_Request(list(instances), ensemble, len(instances), tenant=tenant))
 
     def submit_texts(
         self, texts: Sequence[str], pairs: Sequence[str] | None = None, *, truncate: bool = False,
-        ensemble: bool = False,
+        ensemble: bool = False, tenant: str | None = None,
     ) -> Future:
         """Queue one request's texts; the worker tokenizes the whole batch in one call and
         decodes, so the future resolves to one prediction dict per text, or fails with
         :class:`InputTooLongError` for this request alone."""
         pairs = list(pairs) if pairs is not None else None
-        return self._enqueue(_Request(None, ensemble, len(texts), list(texts), pairs, truncate))
+        return self._enqueue(_Request(None, ensemble, len(texts), list(texts), pairs, truncate, tenant=tenant))
 
     def _enqueue(self, request: _Request) -> Future:
         if request.size < 1:
@@ -304,44 +368,167 @@ class DynamicBatcher:
 
     def _run(self, requests: list[_Request], *, ensemble: bool) -> None:
         instances = [item for request in requests for item in request.instances]
-        n = self.predictor.num_instances
-        can_fill = self.fill_slots and not ensemble and self.predictor.task != "reconstruct"
-        empty = -len(instances) % n if can_fill else 0
-        companions = [self._recent[-1 - i % len(self._recent)] for i in range(empty)] if self._recent else []
-        rows = list(range(len(instances)))
-        if empty and not companions:
-            rows = fill_with_copies(len(instances), n)
+        owner_request = [index for index, request in enumerate(requests) for _ in request.instances]
         started = time.perf_counter()
-        failed = False
-        try:
-            outputs = self.predictor.run([instances[i] for i in rows] + companions, ensemble=ensemble)
-            outputs = outputs[: len(rows)]  # the companions' outputs are not anybody's answer
-            if len(rows) > len(instances):
-                outputs = average_copies(rows, outputs, len(instances))
-            if not ensemble:
-                self._recent.extend(instances)
-        except Exception as error:  # fail this pass's requests, keep serving
-            failed = True
-            for request in requests:
+        sums: list[torch.Tensor | None] = [None] * len(instances)
+        counts = [0] * len(instances)
+        failures: dict[int, Exception] = {}  # request index -> the error of a pass it was in
+        slots = copies = 0
+        for rows, owners, as_ensemble in self._plan(requests, instances, ensemble):
+            try:
+                outputs = self.predictor.run(rows, ensemble=as_ensemble)
+            except Exception as error:  # fail this pass's requests, keep serving
+                for owner in owners:
+                    if owner is not None:
+                        failures.setdefault(owner_request[owner], error)
+                continue
+            n = self.predictor.num_instances
+            slots += -(-(len(rows) * (n if as_ensemble else 1)) // n) * n
+            if not as_ensemble:
+                copies += self._count_copies(rows, owners)
+            for owner, output in zip(owners, outputs):
+                if owner is None:  # a companion, filler or padding row: nobody's answer
+                    continue
+                sums[owner] = output if sums[owner] is None else sums[owner] + output
+                counts[owner] += 1
+        if not ensemble and self.companions:
+            self._remember([r for index, r in enumerate(requests) if index not in failures])
+        start = 0
+        for index, request in enumerate(requests):
+            mine = range(start, start + request.size)
+            start += request.size
+            if index in failures:
+                request.future.set_exception(failures[index])
+                continue
+            outputs = [sums[i] if counts[i] == 1 else sums[i] / counts[i] for i in mine]
+            bad = next((k for k, out in enumerate(outputs)
+                        if out.is_floating_point() and not bool(torch.isfinite(out).all())), None)
+            if bad is not None:
+                request.future.set_exception(NonFiniteOutputError(f"the model's output for input {bad} is not finite"))
+                continue
+            try:
+                if request.texts is not None:  # text requests get decoded predictions
+                    outputs = [self.predictor.decode(item, out) for item, out in zip(request.instances, outputs)]
+            except Exception as error:  # a decoding fault fails its own request only
                 request.future.set_exception(error)
-        else:
-            start = 0
-            for request in requests:
-                mine = outputs[start : start + request.size]
-                start += request.size
-                try:
-                    if request.texts is not None:  # text requests get decoded predictions
-                        mine = [self.predictor.decode(item, out) for item, out in zip(request.instances, mine)]
-                except Exception as error:  # a decoding fault fails its own request only
-                    request.future.set_exception(error)
-                else:
-                    request.future.set_result(mine)
+            else:
+                request.future.set_result(outputs)
         if self.on_batch is not None:
-            slots = len(instances) * n if ensemble else len(rows)
-            stats = BatchStats(requests=len(requests), instances=len(instances), slots=-(-slots // n) * n,
-                               copies=len(rows) - len(instances) + len(companions),
-                               seconds=time.perf_counter() - started, failed=failed)
+            stats = BatchStats(requests=len(requests), instances=len(instances), slots=slots, copies=copies,
+                               seconds=time.perf_counter() - started, failed=bool(failures))
             try:
                 self.on_batch(stats)
             except Exception:  # metrics are not worth a request
                 logger.exception("the on_batch callback failed")
+
+    def _count_copies(self, rows, owners) -> int:
+        """Slots holding a copy of an instance or a companion (not fillers, not padding rows)."""
+        seen, count = set(), 0
+        pads = {id(row) for row in self._pads.values()}
+        for row, owner in zip(rows, owners):
+            if owner is None:
+                count += row is not self._filler and id(row) not in pads
+            elif owner in seen:
+                count += 1
+            else:
+                seen.add(owner)
+        return count
+
+    # ------------------------------------------------------------------ composition
+
+    def _can_fill(self) -> bool:
+        return self.fill_slots and self.predictor.task != "reconstruct"
+
+    def _scopes(self, requests: list[_Request]) -> list[tuple[object, list[int]]]:
+        """The instances (indices into the batch) that may share groups, with the key of their
+        scope: one scope for all, or one per tenant (a request without a tenant alone)."""
+        if not self.isolate_tenants:
+            return [(None, list(range(sum(r.size for r in requests))))]
+        scopes: dict[object, list[int]] = {}
+        start = 0
+        for request in requests:
+            key = ("tenant", request.tenant) if request.tenant is not None else ("request", id(request))
+            scopes.setdefault(key, []).extend(range(start, start + request.size))
+            start += request.size
+        return list(scopes.items())
+
+    def _plan(self, requests, instances, ensemble: bool):
+        """The forward passes of a batch: ``(rows, owners, ensemble)`` each, ``owners[r]`` the
+        batch instance whose output row ``r`` is (averaged over its rows), or ``None``."""
+        n = self.predictor.num_instances
+        if self.deterministic:
+            return self._deterministic_passes(instances, ensemble)
+        scopes = self._scopes(requests)
+        if ensemble:  # the model lays out the copies; a pass per scope keeps scopes apart
+            return [([instances[i] for i in members], members, True) for _, members in scopes]
+        rows, owners = [], []
+        for key, members in scopes:
+            for start in range(0, len(members), n):
+                group = members[start : start + n]
+                rows += [instances[i] for i in group]
+                owners += group
+                empty = n - len(group)
+                if empty and (len(scopes) > 1 or start + n < len(members) or self._can_fill()):
+                    fill_rows, fill_owners = self._fill(group, instances, key, empty)
+                    rows += fill_rows
+                    owners += fill_owners
+        return [(rows, owners, False)]
+
+    def _fill(self, group: list[int], instances, key, empty: int):
+        """Rows for the ``empty`` slots of a part-filled group (and whose outputs they are)."""
+        if not self._can_fill():
+            return [self._filler] * empty, [None] * empty
+        if self._fixed:
+            return [self._fixed[j % len(self._fixed)] for j in range(empty)], [None] * empty
+        recent = self._recent.get(key) if self.companions else None
+        if recent:
+            return [recent[-1 - j % len(recent)] for j in range(empty)], [None] * empty
+        owners = [group[j % len(group)] for j in range(empty)]
+        return [instances[i] for i in owners], owners
+
+    def _remember(self, requests: list[_Request]) -> None:
+        for request in requests:
+            if self.isolate_tenants and request.tenant is None:
+                continue  # a request of its own: no later request may share its texts
+            key = ("tenant", request.tenant) if self.isolate_tenants else None
+            pool = self._recent.get(key)
+            if pool is None:
+                pool = self._recent[key] = deque(maxlen=self.companions)
+                while len(self._recent) > _RECENT_TENANTS:
+                    self._recent.popitem(last=False)
+            self._recent.move_to_end(key)
+            pool.extend(request.instances)
+
+    def _deterministic_passes(self, instances, ensemble: bool):
+        """Each instance alone in a group with fixed companions (copies of itself when there
+        are no companion texts, or when it asked for an ensemble; fillers when slots are not
+        filled), groups of one length bucket together, ``DETERMINISTIC_GROUPS`` to a pass,
+        unused groups and one more group made of padding rows of the bucket's length."""
+        n = self.predictor.num_instances
+        by_bucket: dict[int, list[tuple[list[Encoded], list[int | None]]]] = {}
+        for index, item in enumerate(instances):
+            if ensemble or (self._can_fill() and not self._fixed):
+                rows, owners = [item] * n, [index] * n
+            elif self._can_fill():
+                rows = [item] + [self._fixed[j % len(self._fixed)] for j in range(n - 1)]
+                owners = [index] + [None] * (n - 1)
+            else:
+                rows, owners = [item] + [self._filler] * (n - 1), [index] + [None] * (n - 1)
+            bucket = length_bucket(max(len(row) for row in rows), self.predictor.max_length)
+            by_bucket.setdefault(bucket, []).append((rows, owners))
+        passes = []
+        for bucket, groups in by_bucket.items():
+            pad = self._pad_row(bucket)
+            for start in range(0, len(groups), DETERMINISTIC_GROUPS):
+                chunk = groups[start : start + DETERMINISTIC_GROUPS]
+                rows = [row for group_rows, _ in chunk for row in group_rows]
+                owners = [owner for _, group_owners in chunk for owner in group_owners]
+                padding = (DETERMINISTIC_GROUPS - len(chunk) + 1) * n
+                passes.append((rows + [pad] * padding, owners + [None] * padding, False))
+        return passes
+
+    def _pad_row(self, length: int) -> Encoded:
+        """A row of ``length`` padding tokens: fixes a deterministic pass's padded length."""
+        if length not in self._pads:
+            self._pads[length] = Encoded([self.predictor.pad_token_id] * length, [0] * length)
+        return self._pads[length]

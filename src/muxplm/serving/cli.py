@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..quantization import QUANTIZE_CHOICES
+from . import limits
+
 
 def register(subparsers) -> None:
     serve = subparsers.add_parser(
@@ -16,22 +19,38 @@ def register(subparsers) -> None:
     )
     serve.add_argument("model_dir", help="checkpoint folder (config.json, model.safetensors, tokenizer files)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--max-batch", type=int, default=64, help="most instances per forward pass and per request")
-    serve.add_argument("--max-wait-ms", type=float, default=5.0, help="longest wait for a batch to fill")
-    serve.add_argument("--max-queue", type=int, default=1024, help="most queued instances before answering 429")
-    serve.add_argument("--max-length", type=int, default=128, help="most tokens per input (longer: 413)")
+    serve.add_argument("--port", type=limits.port, default=8000, help="0..65535 (0: any free port)")
+    serve.add_argument("--max-batch", type=limits.positive_int, default=64,
+                       help="most instances per forward pass and per request")
+    serve.add_argument("--max-wait-ms", type=limits.wait_ms, default=5.0,
+                       help="longest wait for a batch to fill (0..60000)")
+    serve.add_argument("--max-queue", type=limits.positive_int, default=1024,
+                       help="most queued instances before answering 429 (at least --max-batch)")
+    serve.add_argument("--max-length", type=limits.positive_int, default=128, help="most tokens per input (longer: 413)")
     serve.add_argument("--no-fill-slots", dest="fill_slots", action="store_false",
                        help="leave a part-filled group's empty slots as fillers (no companions, no copies)")
-    serve.add_argument("--companions", type=int, default=64,
-                       help="recent requests kept to share a part-filled group (outputs discarded); 0: copies")
-    serve.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    serve.add_argument("--companions", type=limits.non_negative_int, default=0,
+                       help="opt-in: fill a part-filled group with the N most recently served inputs (outputs "
+                       "discarded): answers then depend on other clients' earlier requests; 0 (default): copies")
+    serve.add_argument("--companion-texts", metavar="FILE", default=None,
+                       help="fill part-filled groups with these fixed texts (UTF-8, one per line) instead of copies")
+    serve.add_argument("--isolate-tenants", action="store_true",
+                       help="multiplex a request only with requests of the same X-Muxplm-Tenant header value "
+                       "(a request without it only with itself)")
+    serve.add_argument("--deterministic", action="store_true",
+                       help="each text in a group of its own with fixed companions: the same text always gets "
+                       "the same answer (about 1/N of the throughput)")
+    serve.add_argument("--threads", type=limits.positive_int, default=None, help="torch intra-op threads")
     serve.add_argument("--backend", choices=("torch", "onnx"), default="torch",
                        help="onnx: export the model and run it with ONNX Runtime")
     serve.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K (torch backend)")
     serve.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                        help="weights and activations (float16: CUDA only)")
+    serve.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
+                       help="int8: dynamic int8 quantisation of the linear layers (CPU only; with --backend onnx, "
+                       "ONNX Runtime's quantisation of the exported graph)")
     serve.add_argument("--log-level", default="info")
+    limits.add_limit_arguments(serve)
     serve.set_defaults(func=_serve)
 
     export = subparsers.add_parser("export", help="export a checkpoint to another format")
@@ -45,6 +64,8 @@ def register(subparsers) -> None:
     onnx.add_argument("out_dir")
     onnx.add_argument("--opset", type=int, default=17)
     onnx.add_argument("--no-check", dest="check", action="store_false", help="skip the parity check")
+    onnx.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
+                      help="int8: also write OUT_DIR/model.int8.onnx, quantised by ONNX Runtime (int8 weights)")
     onnx.set_defaults(func=_export_onnx)
 
     bench = subparsers.add_parser("serve-bench", help="loopback load benchmark of the server for N = 1, 2, 5, 10")
@@ -86,15 +107,20 @@ def _serve(args) -> int:
     serve(args.model_dir, host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
           max_queue=args.max_queue, max_length=args.max_length, fill_slots=args.fill_slots, companions=args.companions,
           threads=args.threads,
-          backend=args.backend, log_level=args.log_level, device=args.device, dtype=args.dtype)
+          backend=args.backend, log_level=args.log_level, device=args.device, dtype=args.dtype, quantize=args.quantize,
+          companion_texts=args.companion_texts, isolate_tenants=args.isolate_tenants, deterministic=args.deterministic,
+          **limits.limit_kwargs(args))
     return 0
 
 
 def _export_onnx(args) -> int:
     from .onnx_export import export_onnx
 
-    result = export_onnx(args.model_dir, args.out_dir, opset=args.opset, check=args.check)
+    result = export_onnx(args.model_dir, args.out_dir, opset=args.opset, check=args.check, quantize=args.quantize)
     print(f"wrote {result['path']}" + (f" (max |onnx - torch| = {result['max_abs_diff']:.2e})" if args.check else ""))
+    if "int8_path" in result:
+        print(f"wrote {result['int8_path']}"
+              + (f" (max |int8 onnx - torch| = {result['int8_max_abs_diff']:.2e})" if args.check else ""))
     return 0
 
 

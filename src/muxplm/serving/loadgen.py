@@ -66,13 +66,13 @@ class ServerProcess:
     """``muxplm serve`` in a child process on 127.0.0.1; stopped with SIGTERM (graceful)."""
 
     def __init__(self, model_dir: Path, *, threads: int, max_batch: int, max_wait_ms: float, max_queue: int,
-                 max_length: int, backend: str = "torch"):
+                 max_length: int, backend: str = "torch", server_flags: tuple[str, ...] = ()):
         self.port = _free_port()
         command = [
             sys.executable, "-m", "muxplm.cli", "serve", str(model_dir), "--host", "127.0.0.1",
             "--port", str(self.port), "--threads", str(threads), "--max-batch", str(max_batch),
             "--max-wait-ms", str(max_wait_ms), "--max-queue", str(max_queue), "--max-length", str(max_length),
-            "--backend", backend, "--log-level", "warning",
+            "--backend", backend, "--log-level", "warning", *server_flags,
         ]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -244,8 +244,10 @@ def run_serve_bench(
     backends: tuple[str, ...] = ("torch",),
     model_dirs: dict[int, str] | None = None,
     tag: str = "serve_bench",
+    server_flags: tuple[str, ...] = (),
 ) -> dict:
-    """Run the benchmark and save ``{tag}.json`` and ``{tag}.png`` under ``out_dir``."""
+    """Run the benchmark and save ``{tag}.json`` and ``{tag}.png`` under ``out_dir``.
+    ``server_flags``: more ``muxplm serve`` flags for every server (e.g. ``("--deterministic",)``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts = make_texts(max(concurrency) * 4 + requests_per_level, words)
@@ -256,7 +258,8 @@ def run_serve_bench(
                 n, Path(scratch), preset, num_layers)
             for backend in backends:
                 server = ServerProcess(folder, threads=threads, max_batch=max_batch, max_wait_ms=max_wait_ms,
-                                       max_queue=max(concurrency) * 4, max_length=max_length, backend=backend)
+                                       max_queue=max(max(concurrency) * 4, max_batch), max_length=max_length, backend=backend,
+                                       server_flags=tuple(server_flags))
                 try:
                     server.wait_ready()
                     asyncio.run(_fire(server.url, texts[:max(32, 4 * n)], min(16, 4 * n), 10.0))  # warm-up
@@ -284,6 +287,7 @@ def run_serve_bench(
         "torch_version": torch.__version__,
         "settings": {"preset": preset, "num_layers": num_layers, "words_per_text": words, "server_threads": threads,
                      "max_batch": max_batch, "max_wait_ms": max_wait_ms, "requests_per_level": requests_per_level,
+                     "server_flags": list(server_flags),
                      "time_limit_s": time_limit, "concurrency": list(concurrency), "backends": list(backends),
                      "requests_per_s": "steady state: from the concurrency-th answer until the first client "
                                        "runs out of work (requests_per_s_overall: the whole run)"},

@@ -8,6 +8,8 @@ then the model's own multiplexed pass (``encode_slots``), demultiplex, drop the 
 sequence axes stay dynamic, including batch sizes that are not multiples of N. A row whose
 attention mask is all zeros is a filler wherever it sits, which lets :class:`OnnxPredictor`
 lay out the ensembling copies (:func:`muxplm.grouping.plan_groups`) outside the graph.
+With ``quantize="int8"`` the exported graph is quantised by ONNX Runtime's dynamic quantisation
+into ``model.int8.onnx`` next to it (:func:`muxplm.quantization.quantize_onnx_int8`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from torch.nn import functional as F
 
 from ..grouping import plan_groups
 from ..modeling_mux import pooled_instance_states
+from ..quantization import check_quantize, int8_onnx_path, quantize_onnx_int8
 from .predictor import Predictor, _TOKENIZER_FILES
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
@@ -84,14 +87,18 @@ def export_onnx(
     check: bool = True,
     example_batch: int | None = None,
     example_length: int = 16,
+    quantize: str = "none",
 ) -> dict:
     """Export ``model_dir`` to ``out_dir/model.onnx`` (+ config.json and tokenizer files, and
     ``muxplm_onnx.json`` recording the checkpoint's hash). The graph appears only whole and
     checked: it is written under a temporary name and renamed after the parity check.
 
     With ``check``, compares ONNX Runtime to PyTorch at a batch size other than the example's
-    (not a multiple of N) and raises if they differ by more than 1e-4.
+    (not a multiple of N) and raises if they differ by more than 1e-4. ``quantize="int8"`` also
+    writes ``out_dir/model.int8.onnx``; with ``check`` its largest logit difference from PyTorch
+    is recorded (``int8_max_abs_diff``), not bounded: quantisation error depends on the model.
     """
+    quantize = check_quantize(quantize)
     predictor = Predictor.from_pretrained(model_dir)
     model = predictor.model.eval()
     wrapper = ExportableMuxClassifier(model).eval()
@@ -126,6 +133,10 @@ def export_onnx(
         os.replace(staging, path)
     finally:
         staging.unlink(missing_ok=True)
+    if quantize == "int8":
+        result["int8_path"] = str(quantize_onnx_int8(path))
+        if check:
+            result["int8_max_abs_diff"] = check_parity(model, result["int8_path"], batch=batch + 1)
     (out / "muxplm_onnx.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -179,6 +190,15 @@ def check_parity(model, path, *, batch: int, length: int = 23) -> float:
     return float((torch.from_numpy(got) - expected).abs().max())
 
 
+def int8_graph(onnx_path: str | os.PathLike) -> Path:
+    """The int8 graph quantised from ``onnx_path``, quantised again when missing or older than
+    ``onnx_path`` (re-exported since)."""
+    source, target = Path(onnx_path), int8_onnx_path(onnx_path)
+    if not (target.is_file() and source.is_file() and target.stat().st_mtime_ns >= source.stat().st_mtime_ns):
+        quantize_onnx_int8(source, target)
+    return target
+
+
 def task_is_token(model) -> bool:
     return type(model).__name__.endswith("ForTokenClassification")
 
@@ -188,21 +208,26 @@ class OnnxPredictor(Predictor):
     graph the same copy layout as the PyTorch model (fillers as all-masked rows) and
     averages the copies' logits."""
 
-    def __init__(self, model, tokenizer, onnx_path, *, threads: int | None = None, **kwargs):
+    def __init__(self, model, tokenizer, onnx_path, *, threads: int | None = None, quantize: str = "none",
+                 **kwargs):
+        # The PyTorch model stays as given (it only describes the task); ``quantize="int8"`` runs
+        # the int8 graph quantised from ``onnx_path`` instead of ``onnx_path`` itself.
         super().__init__(model, tokenizer, **kwargs)
-        self.session = onnx_session(onnx_path, threads)
+        self.quantize = check_quantize(quantize)
+        self.session = onnx_session(int8_graph(onnx_path) if self.quantize == "int8" else onnx_path, threads)
 
     @classmethod
     def from_pretrained(cls, path, *, onnx_path=None, threads: int | None = None, max_length: int = 128,
-                        batch_size: int = 64, **kwargs) -> "OnnxPredictor":
+                        batch_size: int = 64, quantize: str = "none", **kwargs) -> "OnnxPredictor":
         """``path``: the PyTorch checkpoint (config, tokenizer); ``onnx_path``: an exported graph
-        (default: export into ``path/onnx`` when missing)."""
+        (default: export into ``path/onnx`` when missing); ``quantize="int8"``: run its int8
+        dynamically quantised graph (``model.int8.onnx`` next to it, made when missing or stale)."""
         torch_predictor = Predictor.from_pretrained(path, max_length=max_length, batch_size=batch_size, **kwargs)
         if onnx_path is None:
             onnx_path = Path(path) / "onnx" / "model.onnx"
             if not export_is_current(path, onnx_path):  # missing, or the checkpoint changed since
                 export_onnx(path, onnx_path.parent)
-        return cls(torch_predictor.model, torch_predictor.tokenizer, onnx_path, threads=threads,
+        return cls(torch_predictor.model, torch_predictor.tokenizer, onnx_path, threads=threads, quantize=quantize,
                    max_length=max_length, batch_size=batch_size)
 
     def run(self, encoded, *, ensemble: bool = False) -> list[torch.Tensor]:

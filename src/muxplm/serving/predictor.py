@@ -18,7 +18,8 @@ from typing import Sequence
 import torch
 
 import muxplm
-from muxplm.devices import resolve_device
+from muxplm.devices import check_finite_weights, resolve_device
+from muxplm.quantization import check_quantize, quantize_dynamic_int8
 
 TASKS = ("sentence", "token", "reconstruct")
 MODES = ("throughput", "ensemble")
@@ -117,10 +118,14 @@ class Predictor:
         max_length: longest tokenized input accepted (longer ones raise
             :class:`InputTooLongError` unless ``truncate=True``).
         batch_size: instances per forward pass in :meth:`predict`.
+        quantize: ``"int8"`` runs an int8 dynamically quantised copy of ``model`` (CPU,
+            float32 weights; :func:`muxplm.quantization.quantize_dynamic_int8`), ``"none"`` the model as given.
     """
 
-    def __init__(self, model, tokenizer, *, max_length: int = 128, batch_size: int = 64):
-        self.model = model.eval()
+    def __init__(self, model, tokenizer, *, max_length: int = 128, batch_size: int = 64, quantize: str = "none"):
+        self.quantize = check_quantize(quantize)
+        check_finite_weights(model, f"{type(model).__name__} ({getattr(model, 'name_or_path', '') or 'in memory'})")
+        self.model = quantize_dynamic_int8(model) if self.quantize == "int8" else model.eval()
         self.tokenizer = tokenizer
         self.task = task_of(model)
         if self.task == "token" and not getattr(tokenizer, "is_fast", False):
@@ -153,10 +158,13 @@ class Predictor:
         batch_size: int = 64,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype = "float32",
+        quantize: str = "none",
     ) -> "Predictor":
         """Load a checkpoint folder (``config.json`` naming the architecture, weights and,
         optionally, tokenizer files; without them the default MiniLM/BERT-uncased tokenizer)
-        onto ``device`` in ``dtype`` (``float32``, ``bfloat16``; ``float16`` on CUDA only)."""
+        onto ``device`` in ``dtype`` (``float32``, ``bfloat16``; ``float16`` on CUDA only);
+        ``quantize="int8"``: int8 dynamic quantisation (CPU and float32 only)."""
+        check_quantize(quantize, device, dtype)  # before the device check: a GPU machine or not, int8 is refused there
         device, dtype = resolve_device(device, dtype)
         from transformers import AutoTokenizer
 
@@ -172,7 +180,7 @@ class Predictor:
             has_tokenizer = any((folder / name).is_file() for name in _TOKENIZER_FILES)
             tokenizer_path = folder if has_tokenizer else default_tokenizer_path()
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
-        return cls(model, tokenizer, max_length=max_length, batch_size=batch_size)
+        return cls(model, tokenizer, max_length=max_length, batch_size=batch_size, quantize=quantize)
 
     @property
     def device(self) -> torch.device:
@@ -187,6 +195,7 @@ class Predictor:
             "demux_type": self.model.config.demux_type,
             "labels": [self.id2label[i] for i in sorted(self.id2label)] if self.task != "reconstruct" else None,
             "max_length": self.max_length,
+            "quantize": self.quantize,
         }
 
     # ------------------------------------------------------------------ encode

@@ -4,7 +4,8 @@ by a raw ASGI path in front of it (:class:`ServerApp`).
 Endpoints: ``POST /predict`` (one or many texts, optional text pairs), ``GET /health``,
 ``GET /metrics`` (Prometheus text format). Errors are answered, never hung on:
 422 invalid body or text the tokenizer cannot read, 413 too many texts, tokens or characters, 429 + Retry-After when the queue is
-full, 500 when the model fails on the batch holding the request, 503 while shutting down.
+full, 500 when the model fails on the batch holding the request, 503 while shutting down; 413 /
+408 for a body too large or too slow (:mod:`.limits`), 415 for one that is not JSON.
 """
 
 from __future__ import annotations
@@ -20,9 +21,17 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
 from pydantic_core import to_json
 
+from ..quantization import check_quantize
 from .batcher import BatcherClosedError, DynamicBatcher, QueueFullError
+from . import limits
+from .limits import MAX_PORT, check_serve_options, check_wait_ms
 from .metrics import ServingMetrics
 from .predictor import InputTooLongError, InvalidTextError, Predictor
+
+# Requests are multiplexed only with requests carrying the same value of this header when the
+# server isolates tenants (--isolate-tenants); set it in the proxy that authenticates clients.
+TENANT_HEADER = "X-Muxplm-Tenant"
+_TENANT_HEADER = TENANT_HEADER.lower().encode()
 
 Texts = Union[StrictStr, Annotated[list[StrictStr], Field(min_length=1)]]
 
@@ -92,13 +101,24 @@ def create_app(
     max_wait_ms: float = 5.0,
     max_queue: int = 1024,
     fill_slots: bool = True,
-    companions: int = 64,
+    companions: int = 0,
+    companion_texts: list[str] | None = None,
+    isolate_tenants: bool = False,
+    deterministic: bool = False,
+    max_body_bytes: int = limits.MAX_BODY_BYTES,
+    body_timeout_s: float = limits.BODY_TIMEOUT_S,
+    shutdown_timeout_s: float | None = None,
 ) -> "ServerApp":
     """The ASGI app (a FastAPI app behind a fast path for /predict, see :class:`ServerApp`); its
-    batcher starts with the app's lifespan and drains on shutdown."""
+    batcher starts with the app's lifespan and drains on shutdown (for at most
+    ``shutdown_timeout_s``). A /predict body over ``max_body_bytes`` is answered 413 as soon as
+    its size is known, one not received whole within ``body_timeout_s`` 408. ``companions``,
+    ``companion_texts``, ``isolate_tenants`` (by the ``X-Muxplm-Tenant`` header) and
+    ``deterministic``: who shares a multiplexed group with whom (:class:`DynamicBatcher`)."""
     batcher = DynamicBatcher(
         predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue, fill_slots=fill_slots,
-        companions=companions,
+        companions=companions, companion_texts=companion_texts, isolate_tenants=isolate_tenants,
+        deterministic=deterministic,
     )
     metrics = ServingMetrics(max_batch, lambda: batcher.queue_depth)
     batcher.on_batch = metrics.observe_batch
@@ -110,13 +130,14 @@ def create_app(
             yield
         finally:
             # Uvicorn has already waited for open requests; finish anything still queued.
-            await asyncio.to_thread(batcher.close)
+            await asyncio.to_thread(batcher.close, shutdown_timeout_s)
 
     app = FastAPI(
         title="muxplm server",
         description="Predictions from a multiplexed language model (N inputs per forward pass).",
         version="1",
         lifespan=lifespan,
+        redirect_slashes=False,  # ServerApp redirects "/predict/" itself, to a relative Location
     )
     app.state.batcher, app.state.metrics, app.state.predictor = batcher, metrics, predictor
 
@@ -140,8 +161,9 @@ def create_app(
         metrics.requests.labels(status=str(status)).inc()
         return status, to_json({"detail": message}), headers
 
-    async def answer(body: bytes) -> tuple[int, bytes, dict[str, str] | None]:
-        """A /predict body -> (status, JSON reply, extra headers); every outcome counted."""
+    async def answer(body: bytes, tenant: str | None = None) -> tuple[int, bytes, dict[str, str] | None]:
+        """A /predict body (and the request's tenant key) -> (status, JSON reply, extra headers);
+        every outcome counted."""
         started = time.perf_counter()
         try:
             request = PredictRequest.model_validate_json(body)
@@ -159,7 +181,7 @@ def create_app(
         try:
             # The batcher's worker tokenizes (one call per batch) and decodes.
             future = batcher.submit_texts(texts, request.pairs(), truncate=request.truncate,
-                                          ensemble=request.mode == "ensemble")
+                                          ensemble=request.mode == "ensemble", tenant=tenant)
         except QueueFullError as error:
             return refuse(429, str(error), {"Retry-After": str(error.retry_after)})
         except BatcherClosedError as error:
@@ -193,7 +215,7 @@ def create_app(
             "schema": PredictRequest.model_json_schema()}}}},
     )
     async def predict(request: Request):
-        status, reply, headers = await answer(await request.body())
+        status, reply, headers = await answer(await request.body(), request.headers.get(TENANT_HEADER))
         return Response(reply, status_code=status, headers=headers, media_type="application/json")
 
     @app.get("/health")
@@ -209,7 +231,25 @@ def create_app(
     async def prometheus_metrics():
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    return ServerApp(app, answer)
+    def count_refusal(status: int) -> None:
+        metrics.requests.labels(status=str(status)).inc()
+
+    return ServerApp(app, answer, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
+                     on_refused=count_refusal)
+
+
+def read_companion_texts(path) -> list[str]:
+    """The operator's companion texts: one per line of a UTF-8 file, blank lines skipped."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            texts = [line.strip() for line in handle if line.strip()]
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--companion-texts {path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except OSError as error:
+        raise ValueError(f"--companion-texts {path}: cannot read it ({error.strerror or error})") from None
+    if not texts:
+        raise ValueError(f"--companion-texts {path} holds no text")
+    return texts
 
 
 def invalid_message(errors) -> str:
@@ -223,8 +263,13 @@ class ServerApp:
     shows as its own. On a small model the FastAPI/Starlette middleware and routing cost as
     much per request as parsing, queueing and answering it (serve-bench profile)."""
 
-    def __init__(self, api: FastAPI, answer):
+    def __init__(self, api: FastAPI, answer, *, max_body_bytes: int = limits.MAX_BODY_BYTES,
+                 body_timeout_s: float = limits.BODY_TIMEOUT_S, on_refused=None):
+        if max_body_bytes < 1 or not body_timeout_s > 0:
+            raise ValueError("max_body_bytes must be >= 1 and body_timeout_s > 0")
         self.api, self._answer = api, answer
+        self.max_body_bytes, self.body_timeout_s = max_body_bytes, body_timeout_s
+        self._on_refused = on_refused
 
     def __getattr__(self, name):  # only for names this object lacks: state, openapi, routes, ...
         if name == "api":  # not set yet (copy, unpickling): no recursion
@@ -233,22 +278,119 @@ class ServerApp:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["path"] != "/predict" or scope["method"] != "POST":
+            path = scope.get("path", "")
+            if scope["type"] == "http" and len(path) > 1 and path.endswith("/") and path.rstrip("/") in self._routes():
+                return await self._redirect(send, path.rstrip("/"), scope.get("query_string", b""))
             return await self.api(scope, receive, send)
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return  # the client left before sending its request: nobody to answer
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        declared = tenant = content_type = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+            elif name == _TENANT_HEADER:
+                tenant = value.decode("latin-1")
+            elif name == b"content-type":
+                content_type = value
+        if content_type is not None and not _is_json(content_type):
+            return await self._refuse(send, 415, f"the body must be JSON (Content-Type: application/json), not "
+                                                 f"{content_type.decode('latin-1')[:100]!r}")
+        if declared is not None:
+            try:
+                size = int(declared)
+            except ValueError:
+                return await self._refuse(send, 400, "invalid Content-Length")
+            if size > self.max_body_bytes:  # refused before a byte of it is read
+                return await self._refuse(send, 413, self._too_large(size))
         try:
-            status, reply, headers = await self._answer(body)
+            body = await self._read_body(receive)
+        except _BodyRefused as refusal:
+            return await self._refuse(send, refusal.status, refusal.message)
+        if body is None:
+            return  # the client left before sending its request: nobody to answer
+        try:
+            status, reply, headers = await self._answer(body, tenant)
         except Exception as error:  # a bug of ours: still an answer, never a dropped connection
             status, reply, headers = 500, to_json({"detail": f"server error: {type(error).__name__}"}), None
+        await self._reply(send, status, reply, headers)
+
+    def _routes(self) -> set[str]:
+        routes = self.__dict__.get("_route_paths")
+        if routes is None:
+            routes = self._route_paths = {getattr(route, "path", None) for route in self.api.routes} - {None}
+        return routes
+
+    @staticmethod
+    async def _redirect(send, location: str, query: bytes) -> None:
+        """307 to the path without its trailing slash: a relative Location, never one built from
+        the client's Host header."""
+        target = location.encode("latin-1") + (b"?" + query if query else b"")
+        await send({"type": "http.response.start", "status": 307,
+                    "headers": [(b"location", target), (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    def _too_large(self, size: int | None) -> str:
+        told = f"{size} bytes" if size is not None else "more"
+        return f"request body of {told}; at most {self.max_body_bytes} bytes (--max-body-bytes)"
+
+    async def _read_body(self, receive) -> bytes | None:
+        """The whole body, or ``None`` when the client left; refused (413) as soon as it passes
+        ``max_body_bytes`` and (408) when it is not whole within ``body_timeout_s``. Chunks are
+        collected and joined once: the read costs time linear in the body."""
+        chunks, size, more = [], 0, True
+        try:
+            async with _deadline(self.body_timeout_s):
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body_bytes:
+                        raise _BodyRefused(413, self._too_large(None))
+                    chunks.append(chunk)
+                    more = message.get("more_body", False)
+        except TimeoutError:
+            raise _BodyRefused(408, f"request body not received within {self.body_timeout_s:g} s "
+                                    f"(--body-timeout-s)") from None
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _refuse(self, send, status: int, message: str) -> None:
+        """An answer to a request whose body was not (wholly) read: the connection is closed after it."""
+        if self._on_refused is not None:
+            self._on_refused(status)
+        await self._reply(send, status, to_json({"detail": message}), {"Connection": "close"})
+
+    @staticmethod
+    async def _reply(send, status: int, reply: bytes, headers: dict[str, str] | None) -> None:
         raw_headers = [(b"content-type", b"application/json"), (b"content-length", str(len(reply)).encode())]
         raw_headers += [(key.lower().encode(), value.encode()) for key, value in (headers or {}).items()]
         await send({"type": "http.response.start", "status": status, "headers": raw_headers})
         await send({"type": "http.response.body", "body": reply})
+
+
+def _is_json(content_type: bytes) -> bool:
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
+class _BodyRefused(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+if hasattr(asyncio, "timeout"):  # Python 3.11+
+    _deadline = asyncio.timeout
+else:  # pragma: no cover - Python 3.10
+    @asynccontextmanager
+    async def _deadline(seconds: float):
+        task = asyncio.current_task()
+        handle = asyncio.get_running_loop().call_later(seconds, task.cancel)
+        try:
+            yield
+        except asyncio.CancelledError:
+            raise TimeoutError from None
+        finally:
+            handle.cancel()
 
 
 def serve(
@@ -261,19 +403,47 @@ def serve(
     max_queue: int = 1024,
     max_length: int = 128,
     fill_slots: bool = True,
-    companions: int = 64,
+    companions: int = 0,
     threads: int | None = None,
     backend: str = "torch",
     log_level: str = "info",
     device: str = "cpu",
     dtype: str = "float32",
+    quantize: str = "none",
+    max_body_bytes: int = limits.MAX_BODY_BYTES,
+    body_timeout_s: float = limits.BODY_TIMEOUT_S,
+    max_header_bytes: int = limits.MAX_HEADER_BYTES,
+    max_connections: int = limits.MAX_CONNECTIONS,
+    keep_alive_s: float = limits.KEEP_ALIVE_S,
+    shutdown_timeout_s: float = limits.SHUTDOWN_TIMEOUT_S,
+    companion_texts: str | None = None,
+    isolate_tenants: bool = False,
+    deterministic: bool = False,
 ) -> None:
     """Load ``model_dir`` onto ``device`` in ``dtype`` and serve it with uvicorn until
-    interrupted (SIGINT/SIGTERM drain in-flight requests before exiting). ``backend="onnx"`` runs the forward pass in ONNX
-    Runtime (exported into ``model_dir/onnx`` on first use)."""
+    interrupted (SIGINT/SIGTERM drain in-flight requests before exiting, for at most
+    ``shutdown_timeout_s``). ``backend="onnx"`` runs the forward pass in ONNX
+    Runtime (exported into ``model_dir/onnx`` on first use). ``quantize="int8"``: int8 dynamic
+    quantisation, of the PyTorch model or of the exported graph (CPU only). The limits on bodies,
+    heads, connections and idle time: :mod:`muxplm.serving.limits`. ``companion_texts``: a UTF-8
+    file of fixed companion texts, one per line (see :class:`DynamicBatcher` for them,
+    ``isolate_tenants`` and ``deterministic``)."""
     import torch
     import uvicorn
 
+    check_quantize(quantize, device, dtype)  # refused before anything loads
+    check_serve_options(max_batch=max_batch, max_queue=max_queue)
+    check_wait_ms(max_wait_ms)
+    if not 0 <= port <= MAX_PORT:
+        raise ValueError(f"port must lie in 0..{MAX_PORT}, got {port}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    fixed = read_companion_texts(companion_texts) if companion_texts else None
+    if deterministic and companions:
+        raise ValueError("--deterministic cannot take companions from recent traffic (--companions); "
+                         "use --companion-texts or copies")
+    if companions and fixed:
+        raise ValueError("--companions (recent traffic) and --companion-texts are exclusive: choose one")
     if threads:
         torch.set_num_threads(threads)
     if backend == "onnx" and (device != "cpu" or dtype != "float32"):
@@ -282,19 +452,24 @@ def serve(
     if backend == "onnx":
         from .onnx_export import OnnxPredictor
 
-        predictor = OnnxPredictor.from_pretrained(model_dir, threads=threads, max_length=max_length, batch_size=max_batch)
+        predictor = OnnxPredictor.from_pretrained(model_dir, threads=threads, max_length=max_length, batch_size=max_batch,
+                                                  quantize=quantize)
     elif backend == "torch":
         predictor = Predictor.from_pretrained(model_dir, max_length=max_length, batch_size=max_batch,
-                                              device=device, dtype=dtype)
+                                              device=device, dtype=dtype, quantize=quantize)
     else:
         raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
     app = create_app(predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
-                     fill_slots=fill_slots, companions=companions)
+                     fill_slots=fill_slots, companions=companions, companion_texts=fixed,
+                     isolate_tenants=isolate_tenants, deterministic=deterministic, max_body_bytes=max_body_bytes,
+                     body_timeout_s=body_timeout_s, shutdown_timeout_s=shutdown_timeout_s)
     # Uvicorn drains on SIGINT/SIGTERM, then re-raises the signal to the handler that was in
     # place before it started; a no-op one there makes a drained shutdown exit with status 0.
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
+                    **limits.uvicorn_options(max_header_bytes=max_header_bytes, keep_alive_s=keep_alive_s,
+                                             max_connections=max_connections, shutdown_timeout_s=shutdown_timeout_s))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
