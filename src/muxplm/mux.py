@@ -1,7 +1,9 @@
 """Multiplexers: ``[G, N, L, H] -> [G, L, H]``, chosen by name from the config.
 
 Every multiplexer takes the embedded instances of each group, already arranged by
-:mod:`muxplm.grouping` (filler slots are all-zero), and their token masks ``[G, N, L]``.
+:mod:`muxplm.grouping` (filler slots are all-zero), and their token masks ``[G, N, L]``; an
+instance's padding enters no mixture (its [PAD] states would otherwise be mixed into its
+companions' real tokens at the same positions).
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ register_mux = MUX_REGISTRY.register
 
 def build_mux(config) -> nn.Module:
     return MUX_REGISTRY.build(config.mux_type, config)
+
+
+def real_tokens(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``x`` ``[G, N, L, H]`` with every padded position zeroed."""
+    return x * mask[..., None].to(x.dtype)
 
 
 def key_generator(num_instances: int) -> torch.Generator:
@@ -78,7 +85,7 @@ class GaussianHadamardMux(Multiplexer):
         init.copy_(self.keys, self.draw_keys(self.num_instances, self.width, self.key_norm))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return (x * self.keys[:, None, :].to(x.dtype)).mean(dim=1)
+        return (real_tokens(x, mask) * self.keys[:, None, :].to(x.dtype)).mean(dim=1)
 
 
 @register_mux("binary_hadamard")
@@ -115,7 +122,7 @@ class RandomOrthogonalMux(Multiplexer):
         init.copy_(self.matrices, torch.stack(matrices))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("gnlh,nhk->glk", x, self.matrices.to(x.dtype)) / self.num_instances
+        return torch.einsum("gnlh,nhk->glk", real_tokens(x, mask), self.matrices.to(x.dtype)) / self.num_instances
 
 
 @register_mux("contextual")
@@ -157,4 +164,4 @@ class ContextualMux(GaussianHadamardMux):
         inst_mask = create_bidirectional_mask(config=self.config, inputs_embeds=across, attention_mask=slot_mask,
                                               allow_is_bidirectional_skip=may_skip)
         mixed = self.instance_layer(across, inst_mask).view(g, l, n, h).transpose(1, 2)
-        return (keyed + mixed) * has_tokens[..., None, None].to(x.dtype)
+        return real_tokens(keyed + mixed, mask)  # a filler has no token: its term is zero too
