@@ -11,7 +11,7 @@ from training_utils import MICRO, read_log
 
 from muxplm import MuxBertConfig, MuxBertForSequenceClassification, MuxBertForTokenClassification
 from muxplm.training import TrainConfig, run_stage
-from muxplm.training.consistency import CompositionConsistency, symmetric_kl
+from muxplm.training.consistency import CompositionConsistency, second_composition, symmetric_kl
 
 from mux_testing import MICRO as MICRO_CONFIG
 from mux_testing import random_batch
@@ -102,3 +102,23 @@ def test_the_tiny_recipe_fine_tunes_mux_models_with_consistency_and_plain_ones_w
     assert resolve(TrainConfig(**tune, consistency_weight=0.0), "tiny", num_instances=2).consistency_weight == 0.0
     with pytest.raises(ValueError, match="consistency_weight"):
         resolve(TrainConfig(**tune, consistency_weight=-1.0), "tiny", num_instances=2)
+
+
+@pytest.mark.parametrize("size,n", [(7, 2), (11, 5), (13, 5), (9, 10), (10, 5)])
+def test_no_example_shares_a_group_with_its_own_second_copy(size, n):
+    """The doubled batch is grouped N consecutive slots at a time; its straddling group must not
+    hold an example twice (it did with a plain permutation: e.g. size 7, N = 2, whenever the
+    shuffle put example 6 first)."""
+    for seed in range(200):
+        torch.manual_seed(seed)
+        shuffle = second_composition(size, n)
+        assert sorted(shuffle.tolist()) == list(range(size))
+        slots = list(range(size)) + shuffle.tolist()
+        groups = [slots[start:start + n] for start in range(0, len(slots), n)]
+        if size >= n:
+            assert all(len(set(group)) == len(group) for group in groups), (seed, groups)
+    torch.manual_seed(0)
+    plain = torch.randperm(size)
+    torch.manual_seed(0)
+    if size % n == 0:  # nothing straddles: the permutation as drawn
+        assert torch.equal(second_composition(size, n), plain)

@@ -22,6 +22,24 @@ def symmetric_kl(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     return 0.5 * ((log_p.exp() * (log_p - log_q)).sum(-1) + (log_q.exp() * (log_q - log_p)).sum(-1))
 
 
+def second_composition(size: int, num_instances: int) -> torch.Tensor:
+    """The order of the batch's second copy: a random permutation, drawn from the global
+    generator (whose state the training loop saves and restores), in which no example shares
+    a group with itself. The doubled batch is grouped N consecutive slots at a time, so when
+    ``size`` is not a multiple of N one group holds the last ``size % N`` examples of the first
+    copy and the first ``N - size % N`` of the second: those positions get other examples."""
+    shuffle = torch.randperm(size)
+    straddle = size % num_instances
+    if straddle and size >= num_instances:
+        shared = set(range(size - straddle, size))  # first-copy examples in the straddling group
+        head = num_instances - straddle
+        clashes = [i for i in range(head) if int(shuffle[i]) in shared]
+        spare = [j for j in range(head, size) if int(shuffle[j]) not in shared]
+        for i, j in zip(clashes, spare):
+            shuffle[[i, j]] = shuffle[[j, i]]
+    return shuffle
+
+
 class CompositionConsistency:
     """Task loss over two compositions of the batch plus ``weight`` x their disagreement.
 
@@ -37,8 +55,8 @@ class CompositionConsistency:
 
     def __call__(self, model, batch: dict[str, torch.Tensor]):
         size = batch["input_ids"].shape[0]
-        # Drawn from the global generator, whose state the training loop saves and restores.
-        shuffle = torch.randperm(size).to(batch["input_ids"].device, non_blocking=True)
+        num_instances = getattr(model, "module", model).config.num_instances  # a DDP wrapper holds the model
+        shuffle = second_composition(size, num_instances).to(batch["input_ids"].device, non_blocking=True)
         doubled = {key: torch.cat([value, value[shuffle]]) for key, value in batch.items()}
         output = self.inner(model, doubled) if self.inner is not None else model(**doubled)
         first = output.logits[:size]
