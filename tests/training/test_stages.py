@@ -299,3 +299,17 @@ def test_length_grouped_batches_cover_each_epoch_once_with_less_padding(tmp_path
     run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(tmp_path / "run"), num_instances=2,
                           max_train_examples=64, max_eval_examples=16, max_steps=3, group_by_length=True, **MICRO))
     assert len(read_log(tmp_path / "run")) == 3
+
+
+def test_a_skipped_optimizer_step_does_not_advance_the_schedule(tmp_path, monkeypatch):
+    """fp16's loss scaler skips a step with inf/NaN gradients; the learning-rate schedule must
+    not move on for it (Accelerate's optimizer_step_was_skipped, forced here on the CPU)."""
+    from accelerate import Accelerator
+
+    settings = dict(MICRO, stage="mlm", max_steps=3, warmup_steps=1, logging_steps=1, eval_steps=3, save_steps=3)
+    run_stage(TrainConfig(**settings, output_dir=str(tmp_path / "normal")))
+    monkeypatch.setattr(Accelerator, "optimizer_step_was_skipped", property(lambda self: True))
+    run_stage(TrainConfig(**settings, output_dir=str(tmp_path / "skipped")))
+    normal = [record["lr"] for record in read_log(tmp_path / "normal")]
+    skipped = [record["lr"] for record in read_log(tmp_path / "skipped")]
+    assert len(set(normal)) > 1 and skipped == [skipped[0]] * 3

@@ -293,7 +293,8 @@ class _Loop:
         if self.config.max_grad_norm:
             self.stats.grad_norm = accelerator.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.optimizer.step()
-        self.scheduler.step()
+        if not accelerator.optimizer_step_was_skipped:  # fp16: a step skipped for inf/NaN gradients
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.stats.steps += 1
