@@ -155,11 +155,6 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
     before = {stage: trained(stage) for stage in ("bert/2-pretrain", "bert/3-ner", "mux-bert-2/1-retrieval",
                                                   "mux-bert-2/2-pretrain", "mux-bert-2/3-ner",
                                                   "mux-bert-2/eval-ner.json")}
-    # A saved config that predates a newer setting still matches when the setting is at its default.
-    saved_file = runs / "bert" / "3-ner" / "train_config.json"
-    saved = json.loads(saved_file.read_text())
-    del saved["load_best_at_end"]
-    saved_file.write_text(json.dumps(saved))
     rerun(MICRO)
     assert {stage: trained(stage) for stage in before} == before
     # The auxiliary retrieval loss only concerns MUX models: BERT keeps all its stages. (Unset,
@@ -253,22 +248,27 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
                 assert stage.max_train_examples == (2000 if model.warm_start else None)
 
 
-def test_a_setting_newer_than_a_saved_stage_matches_the_value_that_reproduces_it(tmp_path):
+def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path):
     from muxplm.bench.reproduce import _finished_with
+    from muxplm.provenance import source_hash
     from muxplm.training import TrainConfig
+    from muxplm.training.stages import resolved_config
 
     folder = tmp_path / "stage"
     folder.mkdir()
-    saved = TrainConfig(output_dir=str(folder), task="sentiment", lr=2e-4).to_dict()
-    # trained before these settings existed
-    del saved["min_steps"], saved["sentence_pooling"], saved["consistency_weight"], saved["group_by_length"]
-    (folder / "train_config.json").write_text(json.dumps(saved))
-    (folder / "train_results.json").write_text("{}")
-    same = dict(output_dir=str(folder), task="sentiment", lr=2e-4)
-    assert _finished_with(TrainConfig(**same, min_steps=1, sentence_pooling="first"))
-    assert _finished_with(TrainConfig(**same))  # left unset, a newer setting matches
-    assert not _finished_with(TrainConfig(**same, min_steps=600))
-    assert not _finished_with(TrainConfig(**same, sentence_pooling="mean"))
-    assert _finished_with(TrainConfig(**same, consistency_weight=0.0, group_by_length=False))
-    assert not _finished_with(TrainConfig(**same, consistency_weight=4.0))
-    assert not _finished_with(TrainConfig(**same, group_by_length=True))
+    asked = dict(output_dir=str(folder), task="sentiment", preset="tiny")
+    trained = TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9)
+    (folder / "train_config.json").write_text(json.dumps(resolved_config(trained).to_dict()))
+    (folder / "train_results.json").write_text(json.dumps({"code": {"source_hash": source_hash()}}))
+    assert _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
+    assert _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9,
+                                      eval_steps=7, progress=False))  # bookkeeping only
+    assert not _finished_with(TrainConfig(**asked))  # the recipe's defaults are other settings
+    for differing in (dict(lr=0.4), dict(num_epochs=98), dict(batch_size=998), dict(consistency_weight=8),
+                      dict(seed=1), dict(max_train_examples=10)):
+        settings = {**dict(lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9), **differing}
+        assert not _finished_with(TrainConfig(**asked, **settings)), differing
+    (folder / "train_results.json").write_text(json.dumps({"code": {"source_hash": "other code"}}))
+    assert not _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
+    (folder / "train_results.json").write_text("{}")  # trained before the code was recorded
+    assert not _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))

@@ -31,7 +31,6 @@ import torch
 
 from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
-from ..training.config import recipe_for
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
 from .throughput import DTYPES, environment
 
@@ -190,25 +189,26 @@ PRESETS: dict[str, dict[str, Any]] = {
 # --------------------------------------------------------------------------- training
 
 
-# Settings that do not change what a stage learns, so a finished stage is reused across them.
-# The starting checkpoint is compared by its model and stage folder (so a moved runs dir still
-# matches) and by its freshness; the packaged MiniLM's path depends on the environment.
+# Settings that do not change what a stage learns. The starting checkpoint is compared by its
+# model and stage folder (so a moved runs dir still matches) and by its freshness; the packaged
+# MiniLM's path depends on the environment.
 _BOOKKEEPING = frozenset({"output_dir", "eval_steps", "save_steps", "logging_steps", "save_total_limit",
-                          "resume", "progress", "init", "init_encoder"})
-
-
-_ALWAYS_RESOLVED = ("max_steps", "num_epochs", "warmup_ratio", "warmup_steps", "eval_batch_size",
-                    "consistency_weight", "group_by_length")
-_BEFORE_SETTING_EXISTED = {"min_steps": 1, "sentence_pooling": "first", "retrieval_softmax": "full",
-                           "consistency_weight": 0.0, "group_by_length": False}
+                          "resume", "progress", "init", "init_encoder", "report_to", "dataloader_workers"})
 
 
 def _finished_with(config: TrainConfig) -> bool:
-    """Whether ``config.output_dir`` holds a finished stage trained with these settings (every
-    setting given here equals the saved, resolved one) from the current version of its ``init``
-    checkpoint (a stage retrained upstream makes everything after it stale)."""
+    """Whether ``config.output_dir`` holds a finished stage that the code of this package (its
+    source hash) trained with exactly these settings, resolved as a run would resolve them, from
+    the current version of its ``init`` checkpoint (a stage retrained upstream makes everything
+    after it stale). A stage from other code, or with any other setting, is retrained."""
+    from ..provenance import source_hash
+    from ..training.stages import resolved_config
+
     folder = Path(config.output_dir)
     if not (folder / "train_results.json").is_file() or not (folder / "train_config.json").is_file():
+        return False
+    summary = json.loads((folder / "train_results.json").read_text())
+    if (summary.get("code") or {}).get("source_hash") != source_hash():
         return False
     upstream = Path(config.init or "") / "train_results.json"
     if config.init and upstream.is_file() and \
@@ -217,16 +217,10 @@ def _finished_with(config: TrainConfig) -> bool:
     saved = json.loads((folder / "train_config.json").read_text())
     if config.init and Path(saved.get("init") or "").parts[-2:] != Path(config.init).parts[-2:]:
         return False
-    wanted = json.loads(json.dumps(config.to_dict(), default=str))
-    # A setting newer than the saved file: left unset it matches; set, it must be the value
-    # that reproduces how the stage was trained before the setting existed.
-    defaults = {**TrainConfig().to_dict(), **_BEFORE_SETTING_EXISTED}
-    newer = {key for key in _BEFORE_SETTING_EXISTED if key not in saved}
-    # An unset (None) setting that the stage recipe fills in means "the default" and matches
-    # whatever was resolved; any other None (e.g. max_train_examples: all data) is a value.
-    filled = {*recipe_for(config.stage, "tiny"), *recipe_for(config.stage, None), *_ALWAYS_RESOLVED, *newer}
-    return all(saved.get(key, defaults[key]) == value for key, value in wanted.items()
-               if key not in _BOOKKEEPING and not (value is None and key in filled))
+    wanted = json.loads(json.dumps(resolved_config(config).to_dict(), default=str))
+    if set(saved) - _BOOKKEEPING != set(wanted) - _BOOKKEEPING:
+        return False
+    return all(saved[key] == value for key, value in wanted.items() if key not in _BOOKKEEPING)
 
 
 def _run(config: TrainConfig) -> dict[str, Any]:
@@ -587,7 +581,7 @@ def run_reproduction(output_dir: str | Path, preset: str = "quick", models: list
 
 
 def _brief(summary: dict[str, Any]) -> dict[str, Any]:
-    keep = ("final_step", "final_loss", "eval", "train_seconds", "train_samples_per_s")
+    keep = ("final_step", "final_loss", "eval", "train_seconds", "train_samples_per_s", "code")
     return {key: summary.get(key) for key in keep}
 
 

@@ -31,7 +31,6 @@ import datetime as dt
 import math
 import os
 import platform
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -439,6 +438,7 @@ def environment(device: torch.device | str = "cpu") -> dict:
     import transformers
 
     from .. import __version__
+    from ..provenance import code_version
 
     device = torch.device(device)
     env = dict(
@@ -452,8 +452,7 @@ def environment(device: torch.device | str = "cpu") -> dict:
         transformers=transformers.__version__,
         muxplm=__version__,
         device=str(device),
-        git_commit=_git(["rev-parse", "HEAD"]),
-        git_dirty=bool(_git(["status", "--porcelain", "--untracked-files=no"])),
+        **{key: value for key, value in code_version().items() if key.startswith("git_")},
     )
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
@@ -469,16 +468,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def _git(args: list[str]) -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", *args], cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def plot_throughput(report: dict, path: str, against: str = "n1") -> str:

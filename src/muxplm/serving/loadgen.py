@@ -24,6 +24,8 @@ from pathlib import Path
 
 import torch
 
+from ..provenance import git
+
 _WORDS = (
     "the a film story actor scene music plot slow quick bright dark funny sad long short "
     "river city night morning friend stranger quiet loud old new strange simple brave tired "
@@ -219,14 +221,6 @@ def _scrape_fill(url: str) -> float | None:
     return values["muxplm_batch_fill_ratio_sum"] / count if count else None
 
 
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def run_serve_bench(
     out_dir: str | os.PathLike = "benchmarks/results/serve",
     *,
@@ -281,7 +275,7 @@ def run_serve_bench(
     report = {
         "benchmark": "muxplm serve-bench (loopback HTTP, one text per request)",
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git_commit(),
+        "git_commit": git("rev-parse", "HEAD"),
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
                     "cpu_count": os.cpu_count(), "python": platform.python_version()},
         "torch_version": torch.__version__,

@@ -27,6 +27,7 @@ from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, gather_object
 from transformers import get_linear_schedule_with_warmup
 
+from ..provenance import code_version
 from . import checkpoint as ckpt
 from .batches import ShardedBatches, micro_batch_loader
 from .config import TrainConfig
@@ -361,7 +362,8 @@ class _Loop:
             "resumed_from_step": self.start_step, "world_size": self.world, "train_seconds": train_seconds,
             "train_samples_per_s": done * self.samples_per_step / max(train_seconds, 1e-9),
             "final_loss": self.losses[-1] if self.losses else None, "eval": self.last_eval,
-            "first_batch_ids_per_rank": first_ids, "weight_sum_per_rank": weight_sums, **(run.summary or {}),
+            "first_batch_ids_per_rank": first_ids, "weight_sum_per_rank": weight_sums,
+            "code": code_version(), **(run.summary or {}),
         }
         best = ckpt.best_checkpoint(self.output_dir)
         if best is not None:

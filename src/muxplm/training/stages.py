@@ -87,8 +87,9 @@ def run_stage(config: TrainConfig) -> dict[str, Any]:
     return _pretrain(config, tokenizer, resume_from)
 
 
-def _resolved(config: TrainConfig, resume_from: Path | None) -> TrainConfig:
-    """Defaults for the size of the model being trained, read from the checkpoint/preset."""
+def resolved_config(config: TrainConfig, resume_from: Path | None = None) -> TrainConfig:
+    """The settings a run of ``config`` trains with: every unset one filled in for the size of
+    the model being trained (read from the checkpoint or preset it starts from)."""
     if config.preset:
         return resolve(config, config.preset, config.num_instances or MuxBertConfig.num_instances)
     source = resume_from or config.init or config.init_encoder
@@ -100,7 +101,7 @@ def _resolved(config: TrainConfig, resume_from: Path | None) -> TrainConfig:
 def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
     from accelerate.utils import set_seed
 
-    config = _resolved(config, resume_from)
+    config = resolved_config(config, resume_from)
     accelerator = make_accelerator(config)
     set_seed(config.seed)
     model = build_model(config, config.stage, tokenizer, {}, resume_from)
@@ -124,7 +125,7 @@ def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
 def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
     from accelerate.utils import set_seed
 
-    config = _resolved(config, resume_from)
+    config = resolved_config(config, resume_from)
     accelerator = make_accelerator(config)
     with accelerator.main_process_first():  # one process fetches and tokenizes; the others read its cache
         spec, features = load_task_features(

@@ -1,0 +1,38 @@
+"""Which code produced a result: the package's source hash (what a reuse check compares) and,
+in a git checkout, the commit and whether the tree had uncommitted changes (what a results file
+names)."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import subprocess
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parent
+
+
+def git(*args: str) -> str | None:
+    """``git ARGS`` run in the package's folder; None outside a checkout or without git."""
+    try:
+        done = subprocess.run(["git", *args], cwd=PACKAGE_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.cache
+def source_hash() -> str:
+    """SHA-256 over every Python file of the installed package (paths and contents, in order):
+    equal exactly when the code that trains and evaluates is the same."""
+    digest = hashlib.sha256()
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def code_version() -> dict[str, str | bool | None]:
+    from . import __version__
+
+    return dict(muxplm=__version__, source_hash=source_hash(), git_commit=git("rev-parse", "HEAD"),
+                git_dirty=bool(git("status", "--porcelain", "--untracked-files=no")))
