@@ -1,9 +1,13 @@
-"""Helpers of the serving tests: a predictor with injectable delays and faults, and a way to
-run an app inside its lifespan."""
+"""Helpers of the serving tests: a predictor with injectable delays and faults, a way to
+run an app inside its lifespan, and ``muxplm serve`` in a process of its own."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -44,3 +48,27 @@ def run_app(app, scenario):
                 return await scenario(client)
 
     return asyncio.run(main())
+
+
+def start_server(model_dir, *flags) -> tuple[subprocess.Popen, int, str]:
+    """``muxplm serve MODEL_DIR FLAGS`` on a free loopback port, once /health answers: the
+    process, its port and its URL (raises with the server's stderr if it does not come up)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "muxplm.cli", "serve", str(model_dir), "--port", str(port), "--threads", "1",
+         "--log-level", "warning", *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline, up = time.monotonic() + 180, False
+    while not up and time.monotonic() < deadline and server.poll() is None:
+        try:
+            up = httpx.get(url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    if not up:
+        server.kill()
+        raise AssertionError(f"the server did not start: {server.communicate()[1].decode()[-2000:]}")
+    return server, port, url

@@ -42,7 +42,7 @@ def main(argv=None) -> None:
     result = {"checkpoint": args.checkpoint, "task": args.task, "num_instances": predictor.num_instances,
               "examples": len(texts), "date": time.strftime("%Y-%m-%d")}
     result["batch_64"] = accuracy([p["label"] for p in predictor.predict(texts)], gold)
-    modes = {"fillers": dict(fill_slots=False), "copies": dict(companions=0), "companions": dict()}
+    modes = {"fillers": dict(fill_slots=False), "copies": dict(companions=0), "companions": dict(companions=64)}
     for mode, settings in modes.items():
         batcher = DynamicBatcher(predictor, max_wait_ms=0, **settings).start()
         try:

@@ -20,7 +20,7 @@ from muxplm.cli import main as muxplm_main
 from muxplm.serving import DynamicBatcher, Predictor, create_app
 from muxplm.serving import limits
 
-from serving_testing import run_app
+from serving_testing import run_app, start_server
 
 
 @pytest.fixture(scope="module")
@@ -312,30 +312,6 @@ def test_idle_connections_are_bounded_in_number_and_time(predictor):
 # ------------------------------------------------------------------ shutdown meets its deadline
 
 
-def start_server(model_dir, *flags):
-    import os
-    import subprocess
-    import sys
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "muxplm.cli", "serve", str(model_dir), "--port", str(port), "--threads", "1",
-         "--log-level", "warning", *flags],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline, up = time.monotonic() + 180, False
-    while not up and time.monotonic() < deadline and server.poll() is None:
-        try:
-            up = httpx.get(url + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    if not up:
-        server.kill()
-        raise AssertionError(f"the server did not start: {server.communicate()[1].decode()[-2000:]}")
-    return server, port, url
 
 
 def test_a_stalled_client_does_not_hold_shutdown_past_its_deadline(sentence_dir):
@@ -581,14 +557,15 @@ def test_a_non_json_body_is_415_and_the_slash_redirect_is_relative(predictor):
                                  headers={"content-type": "application/x-www-form-urlencoded"})
         charset = await client.post("/predict", content=body,
                                     headers={"content-type": "application/json; charset=utf-8"})
-        bare = await client.post("/predict", content=body, headers={"content-type": ""})
+        bare = await client.post("/predict", content=body)  # no content type at all
         slash = await client.post("/predict/", content=body, headers={"host": "evil.example"},
                                   follow_redirects=False)
         health = await client.get("/health/?x=1", headers={"host": "evil.example"}, follow_redirects=False)
-        return plain, form, charset, slash, health
+        return plain, form, charset, bare, slash, health
 
-    plain, form, charset, slash, health = run_app(app, scenario)
+    plain, form, charset, bare, slash, health = run_app(app, scenario)
     assert plain.status_code == 415 and "application/json" in plain.json()["detail"]
     assert form.status_code == 415 and charset.status_code == 200
+    assert bare.status_code == 200, bare.text  # read as JSON, as before
     assert slash.status_code == 307 and slash.headers["location"] == "/predict"
     assert health.status_code == 307 and health.headers["location"] == "/health?x=1"

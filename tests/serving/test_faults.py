@@ -11,7 +11,7 @@ import pytest
 from muxplm.serving import DynamicBatcher, Predictor, create_app
 from muxplm.serving.predictor import CHARS_PER_TOKEN, InvalidTextError
 
-from serving_testing import GatedPredictor, run_app
+from serving_testing import GatedPredictor, run_app, start_server
 
 
 @pytest.fixture(scope="module")
@@ -177,32 +177,13 @@ def test_a_client_that_gives_up_costs_nobody_else(predictor):
 
 
 def test_sigterm_mid_burst_answers_every_accepted_request_and_exits_cleanly(sentence_dir):
-    import os
     import signal
-    import socket
-    import subprocess
-    import sys
     import threading
 
     import httpx
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "muxplm.cli", "serve", str(sentence_dir), "--port", str(port), "--max-wait-ms", "50",
-         "--max-batch", "8", "--log-level", "warning"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, _, url = start_server(sentence_dir, "--max-wait-ms", "50", "--max-batch", "8")
     try:
-        deadline, up = time.monotonic() + 180, False
-        while not up and time.monotonic() < deadline and server.poll() is None:
-            try:
-                up = httpx.get(url + "/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        assert up, "the server did not start"
         outcomes = []
 
         def client(i):
