@@ -167,11 +167,6 @@ class MuxState:
         n = self.plan.num_instances
         return self.demux.gather(self.muxed, slots // n, slots % n, positions)
 
-    def pooled_rows(self) -> torch.Tensor:
-        """Every output row's demultiplexed mean over its own tokens: ``[C*B, H]``."""
-        pooled = pooled_instance_states(self.demux, self.muxed, self.slot_mask)
-        return self.plan.ungroup(pooled.flatten(0, 1))
-
     def demux_where(self, selection: torch.Tensor) -> torch.Tensor:
         """Vectors for the True entries of a ``[B, L]`` boolean selection, row-major: ``[M, H]``."""
         rows, positions = selection.nonzero(as_tuple=True)
@@ -613,6 +608,13 @@ class _LinearHeadMixin(MuxHeadMixin):
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
+    def slot_logits(self, muxed: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
+        """The head on the encoder output ``[G, L', H]``: logits of every slot, in slot order
+        (``[S, C]``, or ``[S, L, C]`` for tokens). The one head computation that :meth:`forward`
+        and the ONNX export share (shapes only through ``reshape``, so exported sizes stay
+        symbolic)."""
+        return self.classifier(self.dropout(self.slot_states(muxed, slot_mask)))  # each head's own states
+
 
 class MuxSequenceClassificationMixin(_LinearHeadMixin):
     """Classification (or regression when ``num_labels == 1``) from the demultiplexed first
@@ -620,6 +622,14 @@ class MuxSequenceClassificationMixin(_LinearHeadMixin):
     (``config.sentence_pooling = "mean"``); ``ensemble=True`` averages the logits of N copies
     of every instance."""
 
+    def slot_states(self, muxed: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
+        """Each slot's sentence vector ``[S, H]``."""
+        demux = self.base_model.demux
+        if self.config.sentence_pooling == "mean":
+            states = pooled_instance_states(demux, muxed, slot_mask)
+        else:
+            states = demux(muxed, torch.zeros(1, dtype=torch.long, device=muxed.device))[:, :, 0]
+        return states.flatten(0, 1)
 
     def forward(
         self,
@@ -634,11 +644,7 @@ class MuxSequenceClassificationMixin(_LinearHeadMixin):
         state = self._multiplex(
             input_ids, attention_mask, token_type_ids, composition_seed=composition_seed, ensemble=ensemble
         )
-        if self.config.sentence_pooling == "mean":
-            pooled = state.pooled_rows()
-        else:
-            pooled = state.demux_rows(torch.zeros(1, dtype=torch.long, device=input_ids.device))[:, 0]
-        logits = state.plan.reduce_copies(self.classifier(self.dropout(pooled)))
+        logits = state.plan.reduce_copies(state.plan.ungroup(self.slot_logits(state.muxed, state.slot_mask)))
         loss = None
         if labels is not None:
             loss = sequence_classification_loss(self.config, logits, labels, training=self.training)
@@ -680,6 +686,9 @@ def check_class_ids(labels: torch.Tensor, num_labels: int, what: str = "classes"
 class MuxTokenClassificationMixin(_LinearHeadMixin):
     """A label per token from the demultiplexed states of every position."""
 
+    def slot_states(self, muxed: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
+        """Every slot's demultiplexed states ``[S, L, H]``."""
+        return self.base_model.demux(muxed, None).flatten(0, 1)
 
     def forward(
         self,
@@ -694,7 +703,7 @@ class MuxTokenClassificationMixin(_LinearHeadMixin):
         state = self._multiplex(
             input_ids, attention_mask, token_type_ids, composition_seed=composition_seed, ensemble=ensemble
         )
-        logits = state.plan.reduce_copies(self.classifier(self.dropout(state.demux_rows())))
+        logits = state.plan.reduce_copies(state.plan.ungroup(self.slot_logits(state.muxed, state.slot_mask)))
         loss = None
         if labels is not None:
             validate_labels(labels, tuple(input_ids.shape), "token classification")

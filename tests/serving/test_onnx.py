@@ -130,3 +130,22 @@ def test_a_retrained_checkpoint_is_re_exported(tmp_path):
     assert [p["score"] for p in second.predict(texts)] == pytest.approx(
         [p["score"] for p in Predictor.from_pretrained(folder).predict(texts)], abs=1e-4)
     assert [p["score"] for p in second.predict(texts)] != pytest.approx([p["score"] for p in first.predict(texts)])
+
+
+@pytest.mark.parametrize("fixture", ["sentence_dir", "token_dir", "pooled_dir"])
+def test_the_export_runs_the_models_own_head(fixture, request, monkeypatch):
+    """One head computation: the exported graph calls the model's ``slot_logits``, as the
+    PyTorch forward does (a head changed in the model cannot drift from its export)."""
+    from muxplm.serving.onnx_export import ExportableMuxClassifier
+
+    model = Predictor.from_pretrained(request.getfixturevalue(fixture)).model
+    calls = []
+    original = model.slot_logits
+    monkeypatch.setattr(model, "slot_logits", lambda *args: calls.append(1) or original(*args) + 1.0)
+    ids = torch.randint(5, model.config.vocab_size, (3, 7))
+    mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+    with torch.no_grad():
+        exported = ExportableMuxClassifier(model).eval()(ids, mask, types)
+        forward = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+    assert len(calls) == 2
+    torch.testing.assert_close(exported, forward, atol=1e-5, rtol=1e-5)  # both shifted by the patched head

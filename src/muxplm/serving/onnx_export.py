@@ -25,7 +25,6 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..grouping import plan_groups
-from ..modeling_mux import pooled_instance_states
 from ..quantization import check_quantize, int8_onnx_path, quantize_onnx_int8
 from .predictor import Predictor, _TOKENIZER_FILES
 
@@ -44,30 +43,21 @@ class ExportableMuxClassifier(nn.Module):
         self.task = task_of(model)
         if self.task not in ("sentence", "token"):
             raise ValueError(f"ONNX export covers sequence and token classification models, not {type(model).__name__}")
-        self.config = model.config
-        self.base = model.base_model
-        self.classifier = model.classifier
+        self.model = model
         self.num_instances = model.config.num_instances
         pad = model.config.pad_token_id
         self.pad_token_id = 0 if pad is None else int(pad)
 
     def forward(self, input_ids, attention_mask, token_type_ids):
-        base, n = self.base, self.num_instances
+        n = self.num_instances
         batch = input_ids.shape[0]
         fill = (n - batch % n) % n  # filler rows that complete the last group
         slot_ids = F.pad(input_ids, (0, 0, 0, fill), value=self.pad_token_id)
         slot_mask = F.pad(attention_mask, (0, 0, 0, fill), value=0).bool()
         slot_types = F.pad(token_type_ids, (0, 0, 0, fill), value=0)
         is_real = slot_mask.any(dim=1)  # every real input keeps at least its [CLS]
-        hidden, _ = base.encode_slots(slot_ids, slot_mask, slot_types, is_real)
-        if self.task == "sentence" and self.config.sentence_pooling == "mean":
-            states = pooled_instance_states(base.demux, hidden, slot_mask)
-        elif self.task == "sentence":
-            states = base.demux(hidden, torch.zeros(1, dtype=torch.long, device=input_ids.device))[:, :, 0]
-        else:
-            states = base.demux(hidden, None)  # [G, N, L, H]
-        states = states.flatten(0, 1)[:batch]
-        return self.classifier(states)
+        hidden, _ = self.model.base_model.encode_slots(slot_ids, slot_mask, slot_types, is_real)
+        return self.model.slot_logits(hidden, slot_mask)[:batch]  # the model's own head, fillers dropped
 
 
 def _example_inputs(batch: int, length: int, vocab_size: int):
