@@ -114,9 +114,19 @@ def test_demo_quick_end_to_end(tmp_path):
     assert "retention" in done.stdout and "speed-up" in done.stdout and "N=2" in done.stdout
 
 
-def test_data_fetch_uses_the_cache(capsys):
+def test_data_fetch_uses_the_cache(capsys, monkeypatch):
+    from muxplm.data import sources
+
+    assert main(["data", "fetch", "--only", "moby_dick"]) == 0  # fetched here if not yet cached
+    capsys.readouterr()
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("a cached source was downloaded again")
+
+    monkeypatch.setattr(sources, "_download", no_download)
     assert main(["data", "fetch", "--only", "moby_dick"]) == 0
-    assert "moby_dick" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "moby_dick" in out.out and "fetching" not in out.err
 
 
 # ----------------------------------------------------------------------------- bad input
