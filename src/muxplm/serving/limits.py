@@ -58,10 +58,11 @@ def port(text: str) -> int:
 
 
 def wait_ms(text: str) -> float:
-    value = _number(text, float)
-    if not (math.isfinite(value) and 0 <= value <= MAX_WAIT_MS):
-        raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds in 0..{MAX_WAIT_MS:g}, got {text!r}")
-    return value
+    try:
+        return check_wait_ms(_number(text, float))
+    except ValueError:  # the flag's wording: argparse names the flag
+        raise argparse.ArgumentTypeError(f"must be a finite number of milliseconds in 0..{MAX_WAIT_MS:g}, "
+                                         f"got {text!r}") from None
 
 
 def seconds(text: str) -> float:
