@@ -19,6 +19,7 @@ K = 0, at N = 2 and 5: priming alone and priming with the plain encoder's states
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -119,6 +120,26 @@ def stack20_plan() -> list[Row]:
     return rows
 
 
+def equal20_plan() -> list[Row]:
+    """One fine-tuning length for every row (20 epochs, the MUX rows' cap, sentence tasks): plain
+    MiniLM and its cuts, the conversions of the Pareto table, the K = 0 conversions, and
+    progressive multiplexing: the mixture moved down from layer 5 to the bottom (K = 0) or to
+    K = 1 during a conversion, or from the recipe's K = 3 to K = 0 during fine-tuning."""
+    long, sentence = {"num_epochs": "20"}, ("sentiment", "trec")
+    rows = [Row("minilm-ep20", finetune=long)] + [Row(f"minilm-cut{k}-ep20", keep=k, finetune=long) for k in range(1, 6)]
+    rows += [Row(f"n{n}-k3-ep20", n, 3, steps=200, recipe=True, finetune=long) for n in (2, 5, 10)]
+    rows += [Row(f"cut3-n{n}-k1-ep20", n, 1, keep=3, steps=200, recipe=True, finetune=long) for n in (2, 5)]
+    rows += [Row("n5-k1-distill-1500-ep20", 5, 1, steps=1500, distill=0.5, finetune=long)]
+    rows += [Row(f"n{n}-k0-distill-1500-ep20", n, 0, steps=1500, distill=0.5, finetune=long) for n in (2, 5)]
+    for n in (2, 5):
+        for final in (0, 1):
+            rows.append(Row(f"n{n}-prog5-k{final}-distill-1500-ep20", n, final, steps=1500, distill=0.5,
+                            convert={"start_unmuxed_layers": "5"}, finetune=long))
+        rows.append(Row(f"n{n}-k3-ftprog-k0-ep20", n, 0, steps=200, convert_from=f"n{n}-k3-ep20",
+                        finetune={**long, "start_unmuxed_layers": "3", "num_unmuxed_layers": "0"}))
+    return [dataclasses.replace(row, tasks=sentence) for row in rows]
+
+
 def smoke_plan() -> list[Row]:
     return [Row("minilm"), Row("n2-k0-distill-4", 2, 0, steps=4, distill=0.5),
             Row("n2-cut3-k1-4", 2, 1, keep=3, steps=4)]
@@ -126,7 +147,7 @@ def smoke_plan() -> list[Row]:
 
 PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan, "smoke": smoke_plan,
          "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan,
-         "stack20": stack20_plan}
+         "stack20": stack20_plan, "equal20": equal20_plan}
 CONVERT = dict(batch_groups="64", lr="5e-4", encoder_lr="1e-4", warmup_ratio="0.1", max_length="32")
 
 

@@ -119,3 +119,40 @@ def test_cut_encoders_from_the_command_line_and_in_the_conversion_recipe(plain_d
     assert converted.returncode == 0, converted.stderr
     saved = json.loads((tmp_path / "mux" / "config.json").read_text())
     assert saved["num_hidden_layers"] == 1 and saved["num_unmuxed_layers"] == 0
+
+
+def test_progressive_multiplexing_moves_the_mixture_down_during_the_run(plain_dir, tmp_path, monkeypatch):
+    from muxplm.modeling_mux import MuxBackboneMixin
+    from muxplm.training.loop import unmuxed_layers_at
+
+    # 5 -> 0 over the first 3/4 of 1,000 steps: 150 steps at each count, the last quarter at 0.
+    assert [unmuxed_layers_at(step, 1000, 5, 0) for step in (0, 149, 150, 599, 600, 749, 750, 999)] == \
+        [5, 5, 4, 2, 1, 1, 0, 0]
+    assert unmuxed_layers_at(0, 10, 2, 2) == 2
+    seen = []
+    encode = MuxBackboneMixin.encode_slots
+
+    def spy(self, *args, **kwargs):
+        seen.append((self.training, self.config.num_unmuxed_layers))
+        return encode(self, *args, **kwargs)
+
+    monkeypatch.setattr(MuxBackboneMixin, "encode_slots", spy)
+    convert(plain_dir, 2, tmp_path / "mux", start_unmuxed_layers=2, num_unmuxed_layers=0, **{**FAST, "max_steps": 4})
+    assert [count for training, count in seen if training] == [2, 2, 1, 0]  # 1.5 steps at 2 and at 1
+    assert MuxBertForRetrieval.from_pretrained(tmp_path / "mux").config.num_unmuxed_layers == 0
+    with pytest.raises(ValueError, match="progressive multiplexing"):
+        conversion_config(plain_dir, 2, tmp_path, start_unmuxed_layers=0, num_unmuxed_layers=1)
+
+
+def test_progressive_fine_tuning_starts_at_the_conversions_own_layout(plain_dir, tmp_path):
+    convert(plain_dir, 2, tmp_path / "mux", **FAST)  # the recipe's layout: K = 1 on a 2-layer encoder
+    tuned = run_cli("finetune", "--task", "sentiment", "--init", str(tmp_path / "mux"), "--output-dir",
+                    str(tmp_path / "tuned"), "--max-steps", "4", "--max-train-examples", "32", "--max-eval-examples",
+                    "16", "--eval-steps", "4", "--start-unmuxed-layers", "1", "--num-unmuxed-layers", "0",
+                    *micro_flags()[2:])
+    assert tuned.returncode == 0, tuned.stderr
+    assert json.loads((tmp_path / "tuned" / "config.json").read_text())["num_unmuxed_layers"] == 0
+    # Without the progressive start, asking a K = 1 checkpoint for K = 0 is refused, as before.
+    refused = run_cli("finetune", "--task", "sentiment", "--init", str(tmp_path / "mux"), "--output-dir",
+                      str(tmp_path / "x"), "--max-steps", "1", "--num-unmuxed-layers", "0", *micro_flags()[2:])
+    assert refused.returncode != 0 and "num_unmuxed_layers" in refused.stderr

@@ -70,6 +70,9 @@ class TrainConfig:
         choices=SENTENCE_POOLING)
     num_unmuxed_layers: int | None = setting(
         help="partial multiplexing: leading encoder layers run on each instance before the mixture")
+    start_unmuxed_layers: int | None = setting(
+        help="progressive multiplexing: start with this many unmuxed layers (a --init checkpoint's own count) and "
+             "move the mixture down one layer at a time over the first 3/4 of the steps to --num-unmuxed-layers")
     mux_key_norm: float | None = setting(help="L2 norm of the multiplexing keys (new MUX models)")
     dropout: float | None = setting(help="hidden and attention dropout")
     model_overrides: JSONObject = setting(JSONObject(), 'JSON model config overrides, e.g. \'{"num_hidden_layers": 2}\'')
@@ -236,6 +239,11 @@ def validate(config: TrainConfig) -> None:
     if config.keep_layers is not None and (config.keep_layers < 1 or not config.init_encoder):
         raise ValueError(f"keep_layers cuts a plain encoder given with --init-encoder (or convert) to its first "
                          f"k >= 1 layers, got keep_layers={config.keep_layers} and init_encoder={config.init_encoder!r}")
+    if config.start_unmuxed_layers is not None and not (
+            config.num_unmuxed_layers is not None and 0 <= config.num_unmuxed_layers <= config.start_unmuxed_layers):
+        raise ValueError(f"progressive multiplexing moves the mixture down from start_unmuxed_layers to "
+                         f"num_unmuxed_layers: give both, with 0 <= num_unmuxed_layers <= start_unmuxed_layers (got "
+                         f"{config.num_unmuxed_layers} and {config.start_unmuxed_layers})")
     if config.stage == "finetune" and not (config.task or config.train_file):
         raise ValueError("fine-tuning needs --task NAME or --train-file FILE")
     positive = ("lr", "batch_size", "batch_groups", "eval_batch_size", "max_length", "gradient_accumulation_steps")

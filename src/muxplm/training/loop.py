@@ -34,6 +34,16 @@ from .config import TrainConfig
 from .runlog import RunLog, StepStats, TrainingDiverged  # noqa: F401 (TrainingDiverged: re-exported)
 
 
+def unmuxed_layers_at(step: int, total_steps: int, start: int, end: int) -> int:
+    """Progressive multiplexing: the number of unmuxed layers for the update ``step`` (0-based),
+    lowered one layer at a time in equal parts of the first 3/4 of the run, from ``start`` to
+    ``end``; the last quarter trains at ``end``, the layout the model is saved with."""
+    moving = 0.75 * total_steps
+    if start <= end or step >= moving:
+        return end
+    return start - int(step * (start - end) / moving)
+
+
 def make_accelerator(config: TrainConfig) -> Accelerator:
     precision = config.mixed_precision
     if precision == "auto":
@@ -280,6 +290,9 @@ class _Loop:
         """One update from ``gradient_accumulation_steps`` micro-batches (gradients synchronised
         over the processes on the last one only)."""
         accelerator, accumulation = self.accelerator, self.config.gradient_accumulation_steps
+        if self.config.start_unmuxed_layers is not None:  # a function of the step: a resumed run follows it exactly
+            accelerator.unwrap_model(self.model).config.num_unmuxed_layers = unmuxed_layers_at(
+                self.step, self.total_steps, self.config.start_unmuxed_layers, self.config.num_unmuxed_layers)
         for k in range(accumulation):
             ids, batch = next(batches)
             if self.first_batch_ids is None:

@@ -130,6 +130,8 @@ def _config_overrides(config: TrainConfig, labels: dict[str, Any]) -> dict[str, 
                   "mux_key_norm"):
         if getattr(config, field) is not None:
             overrides[field] = getattr(config, field)
+    if config.start_unmuxed_layers is not None:  # progressive: the run starts there (train() moves it down)
+        overrides["num_unmuxed_layers"] = config.start_unmuxed_layers
     overrides.update(labels)
     return overrides
 
