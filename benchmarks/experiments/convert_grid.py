@@ -137,6 +137,9 @@ def equal20_plan() -> list[Row]:
                             convert={"start_unmuxed_layers": "5"}, finetune=long))
         rows.append(Row(f"n{n}-k3-ftprog-k0-ep20", n, 0, steps=200, convert_from=f"n{n}-k3-ep20",
                         finetune={**long, "start_unmuxed_layers": "3", "num_unmuxed_layers": "0"}))
+    # Sized for two CPU cores: 400 conversion steps of 32 groups, priming alone.
+    rows.append(Row("n2-prog5-k0-400-ep20", 2, 0, steps=400, convert={"start_unmuxed_layers": "5", "batch_groups": "32"},
+                    finetune=long))
     return [dataclasses.replace(row, tasks=sentence) for row in rows]
 
 

@@ -186,3 +186,24 @@ def test_existing_checkpoints_need_resume(tmp_path, capsys, pretrained):
     run_stage(TrainConfig(**settings))
     with pytest.raises(ValueError, match="--resume"):
         run_stage(TrainConfig(**settings))
+
+
+def test_every_demo_row_fine_tunes_as_long_as_the_others(tmp_path, monkeypatch):
+    """The full demo's N = 1 baseline gets the same fine-tuning epochs as the multiplexed rows
+    (stages replaced by recorders: only the recipe is under test)."""
+    from muxplm.training import demo
+
+    epochs = {}
+
+    def record(recipe, stage, output_dir, seed, progress, **settings):
+        if stage == "finetune":
+            epochs[output_dir.parent.name] = {**recipe["finetune"], **settings}["num_epochs"]
+        return {"final_step": 1}
+
+    evaluation = {"main_metric": "accuracy", "summary": {"accuracy": {"mean": 0.5}}}
+    monkeypatch.setattr(demo, "_stage", record)
+    monkeypatch.setattr(demo, "evaluate_checkpoint", lambda *args, **kwargs: evaluation)
+    monkeypatch.setattr(demo, "_throughput_side_by_side", lambda paths, **kwargs: [{"samples_per_s": 1.0}] * len(paths))
+    monkeypatch.setattr(demo, "_print_table", lambda results: None)
+    demo.run_demo(tmp_path, quick=False, progress=False)
+    assert set(epochs) == {"n1", "n2", "n5"} and len(set(epochs.values())) == 1, epochs

@@ -131,22 +131,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         # Fine-tuning lengths are set per task here: no minimum number of steps (min_steps=1).
         # Composition consistency (the tiny recipe's default since) is off: the committed results
         # were made without it; benchmarks/results/curves/consistency measures it on these rows.
-        finetune=dict(num_epochs=2.0, min_steps=1, lr=2e-4, batch_size=32, max_train_examples=4000,
+        # Every row, N = 1 included, fine-tunes the same 20 epochs: the longest any MUX row needs
+        # (below), so that no baseline is compared with rows trained longer than itself.
+        finetune=dict(num_epochs=20.0, min_steps=1, lr=2e-4, batch_size=32, max_train_examples=4000,
                       max_eval_examples=1000, consistency_weight=0.0),
         # MUX models leave chance on the sentence tasks later than N=1 (measured: N=2 sentiment
-        # loss still 0.69 after 250 steps, while N=1 learns from step ~100), so those get all
-        # their training data: sentiment 2 epochs of 8607, trec 3 epochs of 4843 examples.
-        # NER: WNUT-16 entities are rare; 2 epochs at 2e-4 predict none (F1 0 for every row),
-        # 10 epochs at 1e-3 reach F1 22.7 with the BERT row (the earlier probe).
+        # loss still 0.69 after 250 steps, while N=1 learns from step ~100), so the sentence tasks
+        # use all their training data (8607 / 4843 examples). NER: WNUT-16 entities are rare;
+        # 2 epochs at 2e-4 predict none (F1 0 for every row), 10 epochs at 1e-3 reach F1 22.7
+        # with the BERT row (the earlier probe).
         # Sentence heads pool each instance's tokens (the first position holds the same [CLS] for
         # every multiplexed instance; benchmarks/results/curves/pooling).
         task_finetune=dict(sentiment=dict(max_train_examples=None, sentence_pooling="mean"),
-                           trec=dict(max_train_examples=None, num_epochs=3.0, sentence_pooling="mean"),
-                           ner=dict(num_epochs=10.0, lr=1e-3)),
-        # Sentence heads of MUX models leave chance only with longer fine-tuning (N = 5 sentiment:
-        # 2 epochs 56 %, 10 epochs 73 % at step 1000 and rising; benchmarks/results/curves/pooling).
-        # Token heads too: N = 10 pos 70.6 with 2 epochs, 89.2 with 20 (curves/token-epochs).
-        mux_epochs_tasks=["sentiment", "trec", "pos", "ner"], mux_sentence_epochs_cap=20,
+                           trec=dict(max_train_examples=None, sentence_pooling="mean"),
+                           ner=dict(lr=1e-3)),
+        # The 20 epochs: sentence heads of MUX models leave chance only with long fine-tuning (N = 5
+        # sentiment: 2 epochs 56 %, 10 epochs 73 % at step 1000 and rising; curves/pooling), token
+        # heads too (N = 10 pos 70.6 with 2 epochs, 89.2 with 20; curves/token-epochs).
         warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
         seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
         mixed_precision="no", device="cpu",
@@ -154,19 +155,19 @@ PRESETS: dict[str, dict[str, Any]] = {
                         dtype="float32"),
     ),
     # Conversion of the pretrained MiniLM (issue 10; benchmarks/results/curves/convert): every row
-    # fine-tunes 2,000 examples per task with the head at 2e-4 and the encoder at 5e-5; a MUX row
-    # trains as many epochs as give it the N = 1 row's encoder compute (mux_epochs_tasks).
+    # fine-tunes 2,000 examples per task for 20 epochs with the head at 2e-4 and the encoder at 5e-5
+    # (the same for every row: benchmarks/results/convert-stack20 shows that longer fine-tuning lifts
+    # the plain and cut rows as much as the multiplexed ones).
     "convert": dict(
         preset="tiny", model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None,
         retrieval=dict(), pretrain=dict(),
         convert=dict(),  # the conversion recipe (muxplm.training.convert.CONVERT_RECIPE) unchanged
-        finetune=dict(num_epochs=3.0, min_steps=1, lr=2e-4, encoder_lr=5e-5, batch_size=32, max_train_examples=2000,
+        finetune=dict(num_epochs=20.0, min_steps=1, lr=2e-4, encoder_lr=5e-5, batch_size=32, max_train_examples=2000,
                       max_eval_examples=1000, sentence_pooling="mean"),
         # The encoder at 1e-4 for sentence tasks too: a converted encoder must adapt further than
         # a plain one (N = 2 trec 87.0 vs 80.3 at 5e-5, sentiment 81.6 vs 79.3; curves/convert-finetune).
-        task_finetune=dict(ner=dict(num_epochs=5.0, lr=5e-4, encoder_lr=1e-4), sentiment=dict(encoder_lr=1e-4),
+        task_finetune=dict(ner=dict(lr=5e-4, encoder_lr=1e-4), sentiment=dict(encoder_lr=1e-4),
                            trec=dict(encoder_lr=1e-4)),
-        mux_epochs_tasks=["sentiment", "trec", "pos", "ner"], mux_sentence_epochs_cap=20,
         warm=dict(finetune_lr=None, max_train_examples=None),  # every row is warm: the finetune section rules
         seeds=5, ensemble_models=[], mixed_precision="no", device="cpu",
         throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
@@ -299,28 +300,12 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
     model = MODELS[key]
     output = root / key / f"3-{task}"
     settings = dict(recipe["finetune"], **recipe.get("task_finetune", {}).get(task, {}))
-    cap = recipe.get("mux_sentence_epochs_cap")
-    scaled_tasks = recipe.get("mux_epochs_tasks", SENTENCE_TASKS)
-    if cap and model.num_instances > 1 and task in scaled_tasks and "num_epochs" in settings:
-        # The same fine-tuning compute as the N = 1 row: a MUX step over the same instances encodes
-        # N times fewer sequences (fewer with unmuxed layers), so MUX rows train that many times
-        # the epochs (up to the cap).
-        scale = 1 / _encoder_cost(init, model.num_instances) if init else model.num_instances
-        settings["num_epochs"] = round(min(settings["num_epochs"] * scale, float(cap)), 2)
     if model.warm_start:  # the pretrained encoder wants a smaller step (and is slower per example)
         warm = {"lr": recipe["warm"]["finetune_lr"], "max_train_examples": recipe["warm"]["max_train_examples"]}
         settings.update({key: value for key, value in warm.items() if value is not None})  # None: keep
     source = dict(init=init) if init else dict(init_encoder=encoder, num_instances=1)
     summary = _run(TrainConfig(**_common(recipe, output, "finetune", seed, progress), task=task, **source, **settings))
     return str(output), summary
-
-
-def _encoder_cost(checkpoint: str, num_instances: int) -> float:
-    """A MUX model's encoder compute per instance relative to the plain model's: the unmuxed
-    layers run on every instance, the rest once per group of N."""
-    saved = json.loads((Path(checkpoint) / "config.json").read_text())
-    layers, unmuxed = saved["num_hidden_layers"], saved.get("num_unmuxed_layers", 0)
-    return (unmuxed + (layers - unmuxed) / num_instances) / layers
 
 
 def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ensemble: bool) -> dict[str, Any]:
