@@ -34,7 +34,7 @@ FULL = dict(
     mlm=dict(max_steps=150, lr=5e-4, batch_size=32),
     # Without the recipe's composition consistency: it doubles the cost of a MUX fine-tuning
     # step (+9 min here) and the demo must fit 20 minutes; it is worth a point of accuracy and
-    # 8-10 points fewer predictions changed by the composition (README, Training).
+    # 8-10 points fewer predictions changed by the composition (docs/training.md).
     finetune=dict(num_epochs=2.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None,
                   min_steps=1, sentence_pooling="mean", consistency_weight=0.0),
     max_finetune_epochs=8.0, seeds=5, throughput=dict(batch_size=128, seq_length=48, num_batches=5, trials=3),
