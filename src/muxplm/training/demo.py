@@ -34,7 +34,7 @@ FULL = dict(
     mlm=dict(max_steps=150, lr=5e-4, batch_size=32),
     # Without the recipe's composition consistency: it doubles the cost of a MUX fine-tuning
     # step (+9 min here) and the demo must fit 20 minutes; it is worth a point of accuracy and
-    # 8-10 points fewer predictions changed by the composition (README, Training).
+    # 8-10 points fewer predictions changed by the composition (docs/training.md).
     # Every row fine-tunes the same 8 epochs: the N = 5 head needs them to leave chance, and the
     # N = 1 baseline gets as much training as the rows it is compared with.
     finetune=dict(num_epochs=8.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None,
