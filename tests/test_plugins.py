@@ -19,6 +19,8 @@ from muxplm.mux import GaussianHadamardMux
 
 from mux_testing import micro_config, random_batch
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 
 @pytest.fixture
 def plugins():

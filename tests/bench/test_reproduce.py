@@ -15,6 +15,8 @@ from muxplm.bench.reproduce import (
     table1_markdown,
 )
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 MICRO = {
     "model_overrides": {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
     "max_length": 16, "corpus_max_words": 3000, "corpus_sources": ["moby_dick"],

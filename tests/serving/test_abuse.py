@@ -22,6 +22,8 @@ from muxplm.serving import limits
 
 from serving_testing import run_app, start_server
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 
 @pytest.fixture(scope="module")
 def predictor(sentence_dir):

@@ -12,6 +12,8 @@ from muxplm.cli import main
 from muxplm.training import TrainConfig, run_stage
 from muxplm.training.cli import config_from_args
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 
 def _write(path, text):
     path.write_text(text)

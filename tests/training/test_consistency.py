@@ -16,6 +16,8 @@ from muxplm.training.consistency import CompositionConsistency, second_compositi
 from mux_testing import MICRO as MICRO_CONFIG
 from mux_testing import random_batch
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 
 def classifier(model_class, n, seed=0, num_labels=3):
     torch.manual_seed(seed)

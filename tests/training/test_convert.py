@@ -15,6 +15,8 @@ from muxplm import MuxBertForRetrieval, MuxBertModel
 from muxplm.training.config import build_config
 from muxplm.training.convert import conversion_config, convert
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 FAST = dict(max_steps=3, batch_groups=4, corpus_sources=["moby_dick"], corpus_max_words=6000, logging_steps=1,
             eval_steps=3, save_steps=3, progress=False)
 

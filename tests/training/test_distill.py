@@ -16,6 +16,8 @@ from muxplm.training.distill import StateDistillation, TaskDistillation
 from mux_testing import MICRO as MICRO_CONFIG
 from mux_testing import random_batch
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 LABELS = dict(id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2})
 
 

@@ -11,6 +11,8 @@ from training_utils import MICRO, read_log
 
 from muxplm.training import TrainConfig, run_stage
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 
 @pytest.fixture
 def fresh_accelerate_state():

@@ -81,6 +81,8 @@ def write_json(path, payload):
     return real_json(path, payload)
 torch.save, os.replace, ckpt.write_json_atomic = save, replace, write_json
 from muxplm.cli import main
+
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
 sys.exit(main(argv))
 """
 

@@ -12,6 +12,8 @@ from training_utils import MICRO, read_log
 from muxplm.training import TrainConfig, run_stage
 from muxplm.training import checkpoint as ckpt
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 
 def settings(output_dir, **extra):
     return TrainConfig(**{**MICRO, "stage": "mlm", "num_instances": 2, "save_steps": 2, "eval_steps": 1000,

@@ -23,6 +23,8 @@ from muxplm.training import (
     run_stage,
 )
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 
 def _config(path):
     return json.loads((path / "config.json").read_text())
