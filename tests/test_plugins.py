@@ -26,7 +26,10 @@ pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the 
 def plugins():
     @register_mux("test_doubled_keys")
     class DoubledKeys(GaussianHadamardMux):
+        calls = 0
+
         def forward(self, x, mask):
+            DoubledKeys.calls += 1
             return 2 * super().forward(x, mask)
 
     @register_demux("test_long_prefix")
@@ -61,14 +64,19 @@ def test_registered_variants_build_run_save_and_load(plugins, tmp_path):
 
 
 def test_a_registered_variant_trains_through_the_stages(plugins, tmp_path):
+    from muxplm import MuxBertForRetrieval
     from muxplm.training import TrainConfig, run_stage
+
+    doubled, _ = plugins
 
     run_stage(TrainConfig(stage="retrieval", output_dir=str(tmp_path), preset="tiny", num_instances=2,
                           mux_type="test_doubled_keys", demux_type="unbind", max_steps=2, batch_size=4,
                           max_length=16, corpus_sources=["moby_dick"], corpus_max_words=4000, progress=False,
                           model_overrides={"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
                                            "intermediate_size": 64}))
-    assert MuxBertConfig.from_pretrained(tmp_path).mux_type == "test_doubled_keys"
+    assert doubled.calls >= 2  # the registered multiplexer ran in every training step
+    loaded = MuxBertForRetrieval.from_pretrained(tmp_path)
+    assert type(loaded.bert.mux) is doubled  # and the saved model is rebuilt with it
 
 
 def test_unknown_names_list_what_is_registered(plugins):

@@ -22,6 +22,7 @@ from muxplm.training import (
     resolve,
     run_stage,
 )
+from muxplm.training.config import TINY_RECIPE
 
 pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
 
@@ -249,13 +250,15 @@ def test_min_steps_gives_small_data_sets_more_epochs(pretrained, tmp_path):
                                     init=str(pretrained), num_epochs=1.0, min_steps=5, max_train_examples=16,
                                     max_eval_examples=8, **settings))
     assert summary["total_steps"] == 5  # one epoch of 16 examples at batch 8 would be 2 steps
-    assert resolve(TrainConfig(task="sentiment", preset="tiny"), "tiny").min_steps == 600
-    # MUX models fine-tune N times the epochs (the same encoder compute), at most 20; given
-    # epochs or steps are kept.
+    recipe = TINY_RECIPE["finetune"]
+    assert resolve(TrainConfig(task="sentiment", preset="tiny"), "tiny").min_steps == recipe["min_steps"] > 1
+    # MUX models fine-tune N times the epochs (the same encoder compute) up to the recipe's cap;
+    # given epochs or steps are kept.
+    base, cap = recipe["num_epochs"], recipe["epochs_scale_with_instances"]
     epochs = {n: resolve(TrainConfig(task="sentiment", preset="tiny"), "tiny", n).num_epochs for n in (1, 2, 5, 10)}
-    assert epochs == {1: 3.0, 2: 6.0, 5: 15.0, 10: 20.0}
+    assert epochs == {n: min(base * n, cap) for n in (1, 2, 5, 10)} and epochs[10] == cap > epochs[2] > base
     assert resolve(TrainConfig(task="sentiment", preset="tiny", num_epochs=1.0), "tiny", 5).num_epochs == 1.0
-    assert resolve(TrainConfig(task="sentiment", preset="tiny", max_steps=7), "tiny", 5).num_epochs == 3.0  # unused
+    assert resolve(TrainConfig(task="sentiment", preset="tiny", max_steps=7), "tiny", 5).num_epochs == base  # unused
 
 
 def test_a_classifier_head_that_must_restart_is_announced(finetuned, tmp_path, caplog):
