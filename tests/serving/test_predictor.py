@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import pipeline
 
-from muxplm.serving import DynamicBatcher, InputTooLongError, Predictor, average_copies, fill_with_copies
+from muxplm.serving import DynamicBatcher, InputTooLongError, Predictor
 
 TEXTS = [
     "a gripping and funny film",
@@ -114,14 +114,6 @@ def test_transformers_pipeline(sentence_dir):
     (ours,) = predictor.predict("a gripping and funny film")
     assert piped["label"] == ours["label"] and piped["score"] == pytest.approx(ours["score"], abs=1e-5)
     assert predictor.pipeline()("a gripping and funny film")[0]["label"] == ours["label"]
-
-
-def test_fill_with_copies_and_average():
-    assert fill_with_copies(3, 5) == [0, 1, 2, 0, 1]
-    assert fill_with_copies(10, 5) == list(range(10))
-    assert fill_with_copies(1, 4) == [0, 0, 0, 0]
-    averaged = average_copies([0, 1, 0], [torch.tensor([1.0]), torch.tensor([5.0]), torch.tensor([3.0])], 2)
-    assert [float(a) for a in averaged] == [2.0, 5.0]
 
 
 def test_batcher_fills_empty_slots_with_averaged_copies(sentence_dir):

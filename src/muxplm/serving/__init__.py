@@ -5,7 +5,7 @@ The server, load generator and ONNX parts need the ``serve`` / ``onnx`` extras a
 imported on first use, so ``from muxplm.serving import Predictor`` works without them.
 """
 
-from .batcher import BatcherClosedError, BatchStats, DynamicBatcher, QueueFullError, average_copies, fill_with_copies
+from .batcher import BatcherClosedError, BatchStats, DynamicBatcher, QueueFullError
 from .predictor import Encoded, InputTooLongError, Predictor
 
 _LAZY = {
@@ -34,7 +34,5 @@ __all__ = [
     "InputTooLongError",
     "Predictor",
     "QueueFullError",
-    "average_copies",
-    "fill_with_copies",
     *_LAZY,
 ]

@@ -92,19 +92,6 @@ def _renumbered(item, offset: int):
     return item.at(item.index - offset) if isinstance(item, (InputTooLongError, InvalidTextError)) else item
 
 
-def fill_with_copies(num_instances: int, group_size: int) -> list[int]:
-    """Row order for ``num_instances`` instances padded to a multiple of ``group_size`` with
-    copies: ``[0..k-1]`` then the instances again, round robin, until the last group is full.
-
-    >>> fill_with_copies(3, 5)
-    [0, 1, 2, 0, 1]
-    """
-    rows = list(range(num_instances))
-    empty = -num_instances % group_size
-    rows += [i % num_instances for i in range(empty)]
-    return rows
-
-
 # Deterministic mode: passes of this many groups (plus one that fixes the padded length), whatever
 # the load, so that every pass has the same shape and a group's outputs do not depend on the others.
 DETERMINISTIC_GROUPS = 8
@@ -119,16 +106,6 @@ def length_bucket(length: int, max_length: int) -> int:
     while bucket < length:
         bucket *= 2
     return max(length, min(bucket, max_length))
-
-
-def average_copies(rows: Sequence[int], outputs: Sequence[torch.Tensor], num_instances: int) -> list[torch.Tensor]:
-    """Average the outputs of rows that are copies of the same instance."""
-    sums: list[torch.Tensor | None] = [None] * num_instances
-    counts = [0] * num_instances
-    for row, output in zip(rows, outputs):
-        sums[row] = output.clone() if sums[row] is None else sums[row] + output
-        counts[row] += 1
-    return [total if count == 1 else total / count for total, count in zip(sums, counts)]
 
 
 class DynamicBatcher:
