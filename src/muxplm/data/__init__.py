@@ -2,6 +2,7 @@
 
 from .collators import MLMCollator, PaddingCollator, ReplacedTokenCollator
 from .sources import SOURCES, ChecksumError, MissingToolError, default_cache_dir, fetch
+from .pretrained import MODELS, ModelNotFetchedError, mpnet_base_dir
 from .corpus import load_pretraining_corpus
 from .hub import GLUE_TASKS, conll2003_to_rows, glue_to_rows, load_hub_task, ud_to_rows
 from .local_files import load_local_sentence_task, load_local_token_task, load_text_files
@@ -17,6 +18,7 @@ from .tokenization import (
 
 __all__ = [
     "SOURCES", "ChecksumError", "MissingToolError", "default_cache_dir", "fetch",
+    "MODELS", "ModelNotFetchedError", "mpnet_base_dir",
     "TaskSpec", "BUILTIN_TASKS", "GLUE_TASKS", "get_task", "split_fixed", "brown_to_universal",
     "load_sentiment", "load_trec", "load_pos", "load_ner", "load_pretraining_corpus",
     "load_local_sentence_task", "load_local_token_task", "load_text_files",

@@ -249,6 +249,17 @@ def _extract(source: Source, artifact: Path, out_dir: Path) -> list[str]:
     return sorted(written)
 
 
+def _verify(source: Source, artifact: Path) -> None:
+    """Raise :class:`ChecksumError` (deleting the file) unless ``artifact`` has the pinned SHA-256."""
+    digest = _sha256(artifact)
+    if digest != source.sha256:
+        artifact.unlink()
+        raise ChecksumError(
+            f"checksum mismatch for source {source.name!r} ({artifact.name}): expected "
+            f"{source.sha256}, got {digest}; the bad file was deleted"
+        )
+
+
 def _is_complete(source: Source, folder: Path) -> bool:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
@@ -265,6 +276,9 @@ def fetch(
 ) -> dict[str, Path]:
     """Fetch sources (all when ``names`` is None) and return ``{name: extracted folder}``.
 
+    ``names`` may also hold the pretrained models of :mod:`.pretrained` (``"mpnet-base"``); those
+    are large and never part of the default set (see :func:`.pretrained.fetch_model`).
+
     Idempotent: a source whose folder holds a manifest with the pinned checksum is not touched
     (unless ``force``). Extraction goes to a temporary folder that is renamed into place only when
     complete, so an interrupted fetch never leaves a half-filled source behind.
@@ -274,14 +288,20 @@ def fetch(
     """
     if isinstance(names, str):
         names = [names]
+    from .pretrained import MODELS, fetch_model  # deferred: that module builds on this one
+
     selected = list(SOURCES) if names is None else list(names)
-    unknown = [n for n in selected if n not in SOURCES]
+    unknown = [n for n in selected if n not in SOURCES and n not in MODELS]
     if unknown:
-        raise ValueError(f"unknown source(s) {unknown}; known: {sorted(SOURCES)}")
+        raise ValueError(f"unknown source(s) {unknown}; known: {sorted(SOURCES)}, and the "
+                         f"pretrained models {sorted(MODELS)} (fetched only when named)")
     root = Path(cache_dir or default_cache_dir())
     (root / "sources").mkdir(parents=True, exist_ok=True)
     result: dict[str, Path] = {}
     for name in selected:
+        if name in MODELS:
+            result[name] = fetch_model(name, root, force=force, progress=progress)
+            continue
         src = SOURCES[name]
         final = source_dir(name, root)
         if not force and _is_complete(src, final):
@@ -295,13 +315,7 @@ def fetch(
         with tempfile.TemporaryDirectory(prefix=f".dl-{name}-", dir=root) as dl, \
                 tempfile.TemporaryDirectory(prefix=f".x-{name}-", dir=root / "sources") as tmp:
             artifact = _download(src, Path(dl))
-            digest = _sha256(artifact)
-            if digest != src.sha256:
-                artifact.unlink()
-                raise ChecksumError(
-                    f"checksum mismatch for source {name!r} ({artifact.name}): expected "
-                    f"{src.sha256}, got {digest}; the bad file was deleted"
-                )
+            _verify(src, artifact)
             staging = Path(tmp) / name
             staging.mkdir()
             files = _extract(src, artifact, staging)
