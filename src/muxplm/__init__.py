@@ -1,6 +1,7 @@
 """muxplm: multiplexed pre-trained language models (MUX-PLMs) on PyTorch + Transformers.
 
-Importing the package registers the MUX configs and models with the Transformers Auto
+Importing the package registers the MUX configs and models of every encoder family (BERT,
+ELECTRA, RoBERTa, DistilBERT, MPNet; :mod:`muxplm.families`) with the Transformers Auto
 classes, so ``AutoModelForSequenceClassification.from_pretrained(dir)`` loads a MUX model.
 """
 
@@ -13,8 +14,18 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .configuration import DEMUX_TYPES, MUX_TYPES, SIZE_PRESETS, MuxBertConfig, MuxElectraConfig
+from .configuration import (
+    DEMUX_TYPES,
+    MUX_TYPES,
+    SIZE_PRESETS,
+    MuxBertConfig,
+    MuxDistilBertConfig,
+    MuxElectraConfig,
+    MuxMPNetConfig,
+    MuxRobertaConfig,
+)
 from .demux import DEMUX_REGISTRY, build_demux, register_demux
+from .families import FAMILIES, EncoderFamily
 from .grouping import GroupPlan, plan_groups
 from .modeling_bert import (
     MuxBertForMaskedLM,
@@ -24,6 +35,14 @@ from .modeling_bert import (
     MuxBertModel,
     MuxBertPreTrainedModel,
 )
+from .modeling_distilbert import (
+    MuxDistilBertForMaskedLM,
+    MuxDistilBertForRetrieval,
+    MuxDistilBertForSequenceClassification,
+    MuxDistilBertForTokenClassification,
+    MuxDistilBertModel,
+    MuxDistilBertPreTrainedModel,
+)
 from .modeling_electra import (
     MuxElectraForPreTraining,
     MuxElectraForRetrieval,
@@ -32,29 +51,43 @@ from .modeling_electra import (
     MuxElectraModel,
     MuxElectraPreTrainedModel,
 )
+from .modeling_mpnet import (
+    MuxMPNetForMaskedLM,
+    MuxMPNetForRetrieval,
+    MuxMPNetForSequenceClassification,
+    MuxMPNetForTokenClassification,
+    MuxMPNetModel,
+    MuxMPNetPreTrainedModel,
+)
 from .modeling_mux import MuxModelOutput, MuxPreTrainingOutput, MuxRetrievalOutput, validate_inputs
+from .modeling_roberta import (
+    MuxRobertaForMaskedLM,
+    MuxRobertaForRetrieval,
+    MuxRobertaForSequenceClassification,
+    MuxRobertaForTokenClassification,
+    MuxRobertaModel,
+    MuxRobertaPreTrainedModel,
+)
 from .mux import MUX_REGISTRY, build_mux, register_mux
 
 __version__ = "0.1.0"
 
-_AUTO_CLASSES = (
-    (MuxBertConfig, AutoModel, MuxBertModel),
-    (MuxBertConfig, AutoModelForMaskedLM, MuxBertForMaskedLM),
-    (MuxBertConfig, AutoModelForPreTraining, MuxBertForMaskedLM),
-    (MuxBertConfig, AutoModelForSequenceClassification, MuxBertForSequenceClassification),
-    (MuxBertConfig, AutoModelForTokenClassification, MuxBertForTokenClassification),
-    (MuxElectraConfig, AutoModel, MuxElectraModel),
-    (MuxElectraConfig, AutoModelForPreTraining, MuxElectraForPreTraining),
-    (MuxElectraConfig, AutoModelForSequenceClassification, MuxElectraForSequenceClassification),
-    (MuxElectraConfig, AutoModelForTokenClassification, MuxElectraForTokenClassification),
-)
+# The Auto class of each head (the family's stage-2 head serves both masked-LM and pre-training).
+_AUTO_CLASS_OF_HEAD = {
+    "base": (AutoModel,),
+    "mlm": (AutoModelForMaskedLM, AutoModelForPreTraining),
+    "electra": (AutoModelForPreTraining,),
+    "sentence": (AutoModelForSequenceClassification,),
+    "token": (AutoModelForTokenClassification,),
+}
 
 
 def _register_auto_classes() -> None:
-    for config_class in (MuxBertConfig, MuxElectraConfig):
-        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-    for config_class, auto_class, model_class in _AUTO_CLASSES:
-        auto_class.register(config_class, model_class, exist_ok=True)
+    for family in FAMILIES.values():
+        AutoConfig.register(family.config_class.model_type, family.config_class, exist_ok=True)
+        for head, model_class in family.models.items():
+            for auto_class in _AUTO_CLASS_OF_HEAD.get(head, ()):
+                auto_class.register(family.config_class, model_class, exist_ok=True)
 
 
 _register_auto_classes()
@@ -65,6 +98,8 @@ __all__ = [
     "MUX_REGISTRY",
     "MUX_TYPES",
     "SIZE_PRESETS",
+    "FAMILIES",
+    "EncoderFamily",
     "GroupPlan",
     "MuxBertConfig",
     "MuxBertForMaskedLM",
@@ -73,6 +108,13 @@ __all__ = [
     "MuxBertForTokenClassification",
     "MuxBertModel",
     "MuxBertPreTrainedModel",
+    "MuxDistilBertConfig",
+    "MuxDistilBertForMaskedLM",
+    "MuxDistilBertForRetrieval",
+    "MuxDistilBertForSequenceClassification",
+    "MuxDistilBertForTokenClassification",
+    "MuxDistilBertModel",
+    "MuxDistilBertPreTrainedModel",
     "MuxElectraConfig",
     "MuxElectraForPreTraining",
     "MuxElectraForRetrieval",
@@ -80,9 +122,23 @@ __all__ = [
     "MuxElectraForTokenClassification",
     "MuxElectraModel",
     "MuxElectraPreTrainedModel",
+    "MuxMPNetConfig",
+    "MuxMPNetForMaskedLM",
+    "MuxMPNetForRetrieval",
+    "MuxMPNetForSequenceClassification",
+    "MuxMPNetForTokenClassification",
+    "MuxMPNetModel",
+    "MuxMPNetPreTrainedModel",
     "MuxModelOutput",
     "MuxPreTrainingOutput",
     "MuxRetrievalOutput",
+    "MuxRobertaConfig",
+    "MuxRobertaForMaskedLM",
+    "MuxRobertaForRetrieval",
+    "MuxRobertaForSequenceClassification",
+    "MuxRobertaForTokenClassification",
+    "MuxRobertaModel",
+    "MuxRobertaPreTrainedModel",
     "build_demux",
     "build_mux",
     "plan_groups",

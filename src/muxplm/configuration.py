@@ -1,14 +1,14 @@
 """Configurations of the MUX-PLM model families.
 
-A MUX config is the plain BERT/ELECTRA config plus the multiplexing fields. Invalid
-combinations fail at construction with a ``ValueError`` that names the problem, so a bad
-config never gets as far as building a model.
+A MUX config is the plain encoder's config (BERT, ELECTRA, RoBERTa, DistilBERT, MPNet) plus
+the multiplexing fields. Invalid combinations fail at construction with a ``ValueError`` that
+names the problem, so a bad config never gets as far as building a model.
 """
 
 from __future__ import annotations
 
 from huggingface_hub.dataclasses import strict
-from transformers import BertConfig, ElectraConfig
+from transformers import BertConfig, DistilBertConfig, ElectraConfig, MPNetConfig, RobertaConfig
 
 from .demux import DEMUX_REGISTRY
 from .mux import MUX_REGISTRY
@@ -87,7 +87,7 @@ def _validate_mux_fields(config) -> None:
             f"{config.mux_width} is smaller than num_instances={n}"
         )
     prefix = config.num_prefix_tokens
-    if prefix and config.max_position_embeddings < prefix + 1:
+    if prefix and config.max_input_tokens < 1:
         raise ValueError(
             f"the {config.demux_type} demux adds {prefix} positions to every sequence, but max_position_embeddings="
             f"{config.max_position_embeddings} leaves no room for a single token"
@@ -102,7 +102,31 @@ def preset_kwargs(preset: str) -> dict[str, int]:
 
 class MuxConfigMixin:
     """Behaviour shared by the MUX configs (the fields themselves are declared per class,
-    because the strict dataclass machinery reads them from each class body)."""
+    because the strict dataclass machinery reads them from each class body).
+
+    ``has_token_types`` and ``num_reserved_positions`` say how the family's embeddings use the
+    token-type and position tables; the input checks and the predictor read them, not the
+    family's name."""
+
+    # Whether the family embeds token types (segment A/B); without them, token_type_ids are
+    # accepted and ignored, as the plain model never sees them.
+    has_token_types = True
+    # The contextual multiplexer's BERT layers read these decoder settings, which the configs of
+    # encoder-only families (MPNet, DistilBERT) do not have; the others' own fields come first.
+    is_decoder = False
+    add_cross_attention = False
+
+    @property
+    def num_reserved_positions(self) -> int:
+        """Rows of the position table no token can take: RoBERTa-style models number tokens
+        from ``padding_idx + 1``."""
+        return 0
+
+    @property
+    def max_input_tokens(self) -> int:
+        """The longest input (in tokens) the position table leaves room for, after the reserved
+        positions and the demux prefix."""
+        return self.max_position_embeddings - self.num_reserved_positions - self.num_prefix_tokens
 
     @classmethod
     def from_preset(cls, preset: str, **kwargs):
@@ -200,3 +224,108 @@ class MuxElectraConfig(MuxConfigMixin, ElectraConfig):
         sizes = preset_kwargs(preset)
         sizes.setdefault("embedding_size", sizes["hidden_size"])
         return cls(**{**sizes, **kwargs})
+
+
+@strict(accept_kwargs=True)
+class MuxRobertaConfig(MuxConfigMixin, RobertaConfig):
+    r"""Configuration of a MUX-RoBERTa model. XLM-RoBERTa and CamemBERT checkpoints have
+    RoBERTa's architecture and convert to this family too.
+
+    Takes the same multiplexing arguments as [`MuxBertConfig`]. RoBERTa numbers the positions
+    of real tokens from ``pad_token_id + 1`` (padding sits at ``pad_token_id``), so an input
+    may hold ``max_position_embeddings - pad_token_id - 1`` tokens.
+    """
+
+    model_type = "mux_roberta"
+
+    num_instances: int = 2
+    mux_type: str = "gaussian_hadamard"
+    demux_type: str = "rsa"
+    mux_key_norm: float | int = 1.0
+    learn_mux_keys: bool = False
+    num_demux_layers: int = 2
+    retrieval_loss_weight: float | int = 0.0
+    retrieval_softmax: str = "full"
+    sentence_pooling: str = "first"
+    num_unmuxed_layers: int = 0
+
+    def __post_init__(self, **kwargs):
+        if self.pad_token_id is None:
+            raise ValueError("RoBERTa numbers positions from its padding id: pad_token_id must be set")
+        _validate_mux_fields(self)
+        super().__post_init__(**kwargs)
+
+    @property
+    def num_reserved_positions(self) -> int:
+        return self.pad_token_id + 1
+
+
+@strict(accept_kwargs=True)
+class MuxDistilBertConfig(MuxConfigMixin, DistilBertConfig):
+    r"""Configuration of a MUX-DistilBERT model.
+
+    Takes the same multiplexing arguments as [`MuxBertConfig`]. DistilBERT has no token-type
+    embeddings (``token_type_ids`` are accepted and ignored) and its own field names; BERT's
+    names (``intermediate_size``, ``hidden_dropout_prob``, ...) are mapped onto them, since the
+    modules MUX adds and the training flags use those.
+    """
+
+    model_type = "mux_distilbert"
+    attribute_map = {
+        **DistilBertConfig.attribute_map,
+        "intermediate_size": "hidden_dim",
+        "hidden_act": "activation",
+        "hidden_dropout_prob": "dropout",
+        "attention_probs_dropout_prob": "attention_dropout",
+    }
+    has_token_types = False
+
+    num_instances: int = 2
+    mux_type: str = "gaussian_hadamard"
+    demux_type: str = "rsa"
+    mux_key_norm: float | int = 1.0
+    learn_mux_keys: bool = False
+    num_demux_layers: int = 2
+    retrieval_loss_weight: float | int = 0.0
+    retrieval_softmax: str = "full"
+    sentence_pooling: str = "first"
+    num_unmuxed_layers: int = 0
+    # DistilBERT's layer norms use a fixed epsilon; the demultiplexer's layer norm reads it here.
+    layer_norm_eps: float = 1e-12
+
+    def __post_init__(self, **kwargs):
+        _validate_mux_fields(self)
+        super().__post_init__(**kwargs)
+
+
+@strict(accept_kwargs=True)
+class MuxMPNetConfig(MuxConfigMixin, MPNetConfig):
+    r"""Configuration of a MUX-MPNet model.
+
+    Takes the same multiplexing arguments as [`MuxBertConfig`]. MPNet has no token-type
+    embeddings (``token_type_ids`` are accepted and ignored) and numbers the positions of real
+    tokens from 2 (its padding index is fixed at 1), so an input may hold
+    ``max_position_embeddings - 2`` tokens.
+    """
+
+    model_type = "mux_mpnet"
+    has_token_types = False
+
+    num_instances: int = 2
+    mux_type: str = "gaussian_hadamard"
+    demux_type: str = "rsa"
+    mux_key_norm: float | int = 1.0
+    learn_mux_keys: bool = False
+    num_demux_layers: int = 2
+    retrieval_loss_weight: float | int = 0.0
+    retrieval_softmax: str = "full"
+    sentence_pooling: str = "first"
+    num_unmuxed_layers: int = 0
+
+    def __post_init__(self, **kwargs):
+        _validate_mux_fields(self)
+        super().__post_init__(**kwargs)
+
+    @property
+    def num_reserved_positions(self) -> int:
+        return 2  # MPNetEmbeddings.padding_idx (1) + 1, whatever pad_token_id says

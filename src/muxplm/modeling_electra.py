@@ -33,7 +33,7 @@ class MuxElectraPreTrainedModel(MuxPreTrainedModel):
     config_class = MuxElectraConfig
     config: MuxElectraConfig
     base_model_prefix = "electra"
-    plain_model_type = "electra"
+    plain_model_types = ("electra",)
 
 
 class MuxElectraModel(MuxBackboneMixin, MuxElectraPreTrainedModel):
@@ -54,12 +54,6 @@ class MuxElectraModel(MuxBackboneMixin, MuxElectraPreTrainedModel):
     def project_embeddings(self, embedded: torch.Tensor) -> torch.Tensor:
         project = getattr(self, "embeddings_project", None)
         return embedded if project is None else project(embedded)
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
 
 class MuxElectraForRetrieval(MuxRetrievalMixin, MuxElectraPreTrainedModel):

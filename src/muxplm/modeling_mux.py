@@ -1,6 +1,7 @@
-"""The multiplexed forward pass and the task heads, shared by the MUX-BERT and MUX-ELECTRA
-families. The family modules (``modeling_bert``, ``modeling_electra``) only pick the
-embedding/encoder blocks and the pre-training head; everything else lives here once.
+"""The multiplexed forward pass and the task heads, shared by every encoder family (BERT,
+ELECTRA, RoBERTa, DistilBERT, MPNet). The family modules (``modeling_bert``, ...) only pick
+the plain model's embedding and layer blocks, adapt the pass to them through a few hooks
+(:class:`MuxBackboneMixin`) and add the pre-training head; everything else lives here once.
 
 Forward pass (DESIGN.md §1): embed each instance once -> group (:mod:`muxplm.grouping`) ->
 multiplex (:mod:`muxplm.mux`) -> the unchanged encoder layers, with a mask that attends a
@@ -112,15 +113,22 @@ def validate_inputs(config, input_ids, attention_mask=None, token_type_ids=None,
         raise ValueError(f"input_ids is empty: shape {tuple(input_ids.shape)}")
     _check_same_shape("attention_mask", attention_mask, input_ids.shape)
     _check_same_shape("token_type_ids", token_type_ids, input_ids.shape)
-    room = config.max_position_embeddings - config.num_prefix_tokens
+    room = config.max_input_tokens
     if length > room:
-        extra = f" minus the {config.num_prefix_tokens}-token demux prefix" if config.num_prefix_tokens else ""
+        taken = []
+        if config.num_reserved_positions:
+            taken.append(f"the {config.num_reserved_positions} positions below the first token's")
+        if config.num_prefix_tokens:
+            taken.append(f"the {config.num_prefix_tokens}-token demux prefix")
+        extra = f" minus {' and '.join(taken)}" if taken else ""
         raise ValueError(
             f"sequence length {length} is longer than the model's position table allows: at most {room} "
             f"tokens (max_position_embeddings={config.max_position_embeddings}{extra}); truncate the input"
         )
     if not host_checks_wanted(input_ids, training):
         return
+    if not config.has_token_types:
+        token_type_ids = None  # ignored by a family without token-type embeddings: any value will do
     # One device->host transfer for all range checks (each separate read would be a GPU sync).
     bounds = [*torch.aminmax(input_ids)]
     if token_type_ids is not None:
@@ -185,12 +193,43 @@ def pooled_instance_states(demux: Demultiplexer, muxed: torch.Tensor, slot_mask:
 
 
 class MuxBackboneMixin:
-    """The multiplexed forward pass of a base model. The family class provides
-    ``embeddings``, ``encoder`` (with ``.layer``), ``mux``, ``demux`` and may override
-    ``project_embeddings``."""
+    """The multiplexed forward pass of a base model, over the plain model's own embeddings and
+    layers. The family class provides ``embeddings``, the layer stack, ``mux`` and ``demux``,
+    and adapts the pass to its plain model by overriding the hooks below (the defaults fit
+    BERT): which layers to run (:meth:`encoder_layers`), how to embed (:meth:`embed`,
+    :meth:`prefixed_position_ids`, :meth:`project_embeddings`) and how to call a layer
+    (:meth:`layer_arguments`, :meth:`run_layer`)."""
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def encoder_layers(self) -> nn.ModuleList:
+        """The plain model's stack of layers."""
+        return self.encoder.layer
+
+    def embed(self, input_ids=None, token_type_ids=None, position_ids=None, inputs_embeds=None) -> torch.Tensor:
+        """The plain embeddings; position ids, when not given, are the plain model's own."""
+        types = dict(token_type_ids=token_type_ids) if self.config.has_token_types else {}
+        return self.embeddings(input_ids=input_ids, position_ids=position_ids, inputs_embeds=inputs_embeds, **types)
+
+    def prefixed_position_ids(self, slot_ids: torch.Tensor, num_prefix: int) -> torch.Tensor:
+        """Position ids ``[S or 1, P + L]`` of a T-MUX prefix of ``num_prefix`` positions
+        followed by the slots' tokens: the prefix takes the first positions."""
+        return torch.arange(num_prefix + slot_ids.shape[1], device=slot_ids.device)[None]
 
     def project_embeddings(self, embedded: torch.Tensor) -> torch.Tensor:
         return embedded
+
+    def layer_arguments(self, hidden: torch.Tensor) -> dict:
+        """What every layer takes besides the states and the mask, computed once for a batch of
+        states ``[*, L', H]`` (all of one length)."""
+        return {}
+
+    def run_layer(self, layer: nn.Module, hidden: torch.Tensor, mask, arguments: dict) -> torch.Tensor:
+        return layer(hidden, mask, **arguments)
 
     def encode_slots(
         self,
@@ -215,19 +254,19 @@ class MuxBackboneMixin:
         may_skip_mask = host_checks_wanted(slot_ids, self.training)
         if prefix:
             # T-MUX: prepend the prefix and embed it together with the tokens, once.
-            words = self.embeddings.word_embeddings(slot_ids)
+            words = self.get_input_embeddings()(slot_ids)
             prefix_words = self.demux.prefix_embeddings(torch.arange(num_slots, device=device))
-            embedded = self.embeddings(
+            embedded = self.embed(
                 inputs_embeds=torch.cat([prefix_words.to(words.dtype), words], dim=1),
                 token_type_ids=F.pad(slot_types, (prefix, 0)),
-                position_ids=torch.arange(prefix + length, device=device)[None],
+                position_ids=self.prefixed_position_ids(slot_ids, prefix),
             )
             full_mask = F.pad(slot_mask, (prefix, 0), value=True) & is_real[:, None]
         else:
-            embedded = self.embeddings(input_ids=slot_ids, token_type_ids=slot_types)
+            embedded = self.embed(input_ids=slot_ids, token_type_ids=slot_types)
             full_mask = slot_mask
         hidden = self.project_embeddings(embedded)
-        layers = self.encoder.layer
+        layers = self.encoder_layers()
         unmuxed = config.num_unmuxed_layers
         if unmuxed:
             # A slot with no real token (a filler) attends everywhere so that its states stay
@@ -235,8 +274,9 @@ class MuxBackboneMixin:
             attend = full_mask | ~full_mask.any(dim=1, keepdim=True)
             slot_attention = create_bidirectional_mask(config=config, inputs_embeds=hidden, attention_mask=attend,
                                                        allow_is_bidirectional_skip=may_skip_mask)
+            arguments = self.layer_arguments(hidden)
             for layer in layers[:unmuxed]:
-                hidden = layer(hidden, slot_attention)
+                hidden = self.run_layer(layer, hidden, slot_attention, arguments)
         # Fillers contribute nothing to the mixture.
         hidden = torch.where(is_real[:, None, None], hidden, torch.zeros((), dtype=hidden.dtype, device=device))
         grouped_mask = full_mask.reshape(-1, n, prefix + length)
@@ -246,9 +286,10 @@ class MuxBackboneMixin:
             config=config, inputs_embeds=hidden, attention_mask=grouped_mask.any(dim=1),
             allow_is_bidirectional_skip=may_skip_mask,
         )
+        arguments = self.layer_arguments(hidden)
         all_hidden = (hidden,) if output_hidden_states else None
         for layer in layers[unmuxed:]:
-            hidden = layer(hidden, encoder_mask)
+            hidden = self.run_layer(layer, hidden, encoder_mask, arguments)
             if output_hidden_states:
                 all_hidden += (hidden,)
         return hidden, all_hidden
@@ -329,23 +370,25 @@ class MuxBackboneMixin:
 class MuxPreTrainedModel(PreTrainedModel):
     """Weight initialisation, warm start and checked loading for every MUX model.
 
-    Family subclasses set ``config_class``, ``base_model_prefix`` and ``plain_model_type``.
+    Family subclasses set ``config_class``, ``base_model_prefix`` and ``plain_model_types``
+    (the ``model_type`` of the plain checkpoints :meth:`from_encoder` takes).
     """
 
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
-    plain_model_type: str = ""
+    plain_model_types: tuple[str, ...] = ()
 
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, (Multiplexer, Demultiplexer)):
             module.reset_parameters()
-        elif hasattr(module, "position_ids") and hasattr(module, "token_type_ids"):  # embedding buffers
+        elif isinstance(getattr(module, "position_ids", None), torch.Tensor):  # embedding buffers
             init.copy_(module.position_ids, torch.arange(module.position_ids.shape[-1]).expand((1, -1)))
-            init.zeros_(module.token_type_ids)
+            if isinstance(getattr(module, "token_type_ids", None), torch.Tensor):
+                init.zeros_(module.token_type_ids)
         elif hasattr(module, "bias") and isinstance(module.bias, nn.Parameter) and hasattr(module, "decoder"):
             init.zeros_(module.bias)  # the MLM decoder's output bias
 
@@ -361,7 +404,7 @@ class MuxPreTrainedModel(PreTrainedModel):
                 hint = (
                     f"; it is a plain {found} checkpoint: use {cls.__name__}.from_encoder(path, num_instances=...)"
                     f" to multiplex it"
-                    if found == cls.plain_model_type
+                    if found in cls.plain_model_types
                     else ""
                 )
                 raise ValueError(
@@ -393,19 +436,19 @@ class MuxPreTrainedModel(PreTrainedModel):
 
     @classmethod
     def from_encoder(cls, path: str | os.PathLike, keep_layers: int | None = None, **config_overrides):
-        """Warm-start from a plain BERT/ELECTRA checkpoint directory: its embedding and
-        encoder weights are copied, the mux/demux modules and heads start fresh (a retrieval
-        head's decoder from the word embeddings).
+        """Warm-start from a plain checkpoint directory of this family (``plain_model_types``):
+        its embedding and encoder weights are copied, the mux/demux modules and heads start
+        fresh (a retrieval head's decoder from the word embeddings).
 
         ``keep_layers`` keeps only the plain encoder's first k layers (a cut encoder);
         ``config_overrides`` (e.g. ``num_instances=2, num_labels=3``) are applied on top of
         the plain config.
         """
         plain_config = AutoConfig.from_pretrained(path)
-        if plain_config.model_type != cls.plain_model_type:
+        if plain_config.model_type not in cls.plain_model_types:
             raise ValueError(
                 f"{path} holds a {plain_config.model_type!r} model; {cls.__name__}.from_encoder needs a "
-                f"plain {cls.plain_model_type!r} checkpoint"
+                f"plain {_one_of(cls.plain_model_types)} checkpoint"
             )
         layers = plain_config.num_hidden_layers
         if keep_layers is not None and not 1 <= keep_layers <= layers:
@@ -414,16 +457,27 @@ class MuxPreTrainedModel(PreTrainedModel):
         settings = plain_config.to_dict()
         for key in ("model_type", "architectures", "transformers_version", "_name_or_path"):
             settings.pop(key, None)
-        settings["num_hidden_layers"] = keep_layers or layers
-        settings.update(config_overrides)
+        # Settings by BERT's names land on the family's own fields (DistilBERT: n_layers, dim, ...);
+        # a plain config keeps its values under those fields, so an alias in it is a stray key.
+        field_of = cls.config_class.attribute_map
+        for alias in field_of:
+            settings.pop(alias, None)
+        settings[field_of.get("num_hidden_layers", "num_hidden_layers")] = keep_layers or layers
+        settings.update({field_of.get(key, key): value for key, value in config_overrides.items()})
         model = cls(cls.config_class(**settings))
-        plain = AutoModel.from_pretrained(path)
-        plain.encoder.layer = plain.encoder.layer[: settings["num_hidden_layers"]]
         target = model.base_model
-        for name in ("embeddings", "encoder", "embeddings_project"):
-            source = getattr(plain, name, None)
-            if source is not None:
-                getattr(target, name).load_state_dict(source.state_dict())
+        plain = AutoModel.from_pretrained(path)
+        # A cut encoder: the plain stack (found where the MUX model keeps its own) loses its last layers.
+        stack = next(name for name, module in target.named_modules() if module is target.encoder_layers())
+        owner, _, attribute = stack.rpartition(".")
+        plain_owner = plain.get_submodule(owner)
+        setattr(plain_owner, attribute, getattr(plain_owner, attribute)[: model.config.num_hidden_layers])
+        for name, source in plain.named_children():
+            if name == "pooler":  # the heads read demultiplexed states, not a pooled vector
+                continue
+            if not isinstance(getattr(target, name, None), nn.Module):
+                raise ValueError(f"{path}: the plain model's {name!r} has no counterpart in {type(target).__name__}")
+            getattr(target, name).load_state_dict(source.state_dict())
         # Retrieval reads input tokens back: start its decoder at the encoder's own word
         # embeddings (the tying a pretrained MLM head has), not at random.
         head = getattr(model, "retrieval_head", None)
@@ -432,6 +486,11 @@ class MuxPreTrainedModel(PreTrainedModel):
             with torch.no_grad():
                 head.decoder.weight.copy_(words)
         return model
+
+
+def _one_of(names) -> str:
+    quoted = [repr(name) for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 def _read_saved_config(path) -> dict | None:
@@ -553,7 +612,8 @@ def mix_retrieval(model, task_loss: torch.Tensor, state: MuxState) -> MuxPreTrai
 
 class MuxHeadMixin:
     """Common plumbing of the models with a head: builds the base model under the family's
-    prefix (``bert`` / ``electra``) so warm-start and checkpoint names match Transformers'."""
+    prefix (``bert``, ``roberta``, ``distilbert``, ...) so warm-start and checkpoint names match
+    Transformers'."""
 
     base_model_class: type
 
@@ -562,6 +622,46 @@ class MuxHeadMixin:
 
     def _multiplex(self, input_ids, attention_mask, token_type_ids, **kwargs) -> MuxState:
         return self.base_model.multiplex(input_ids, attention_mask, token_type_ids, **kwargs)
+
+
+class MuxMaskedLMMixin(MuxHeadMixin):
+    """Stage 2: masked language modelling, masks chosen per instance before multiplexing, with
+    the optional auxiliary retrieval loss (``config.retrieval_loss_weight``). The family class
+    builds its plain MLM head and defines ``mlm_logits(states) -> [*, V]`` with it."""
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        composition_seed: int | None = None,
+        **kwargs,
+    ) -> MuxPreTrainingOutput:
+        """Without ``labels``: logits for every position, ``[B, L, V]``. With ``labels``
+        (``-100`` = not masked): only the masked positions are demultiplexed and scored,
+        logits ``[M, V]`` in row-major order of ``labels != -100``; except in a training step
+        on an accelerator, which scores every position (``[B, L, V]``, as Transformers'
+        BertForMaskedLM) so that no shape depends on the data and the step never waits for the host."""
+        state = self._multiplex(input_ids, attention_mask, token_type_ids, composition_seed=composition_seed)
+        if labels is None:
+            return MuxPreTrainingOutput(logits=self.mlm_logits(state.demux_rows()))
+        validate_labels(labels, tuple(input_ids.shape), "masked language modelling")
+        selected = labels != -100
+        if host_checks_wanted(labels, self.training):
+            logits = self.mlm_logits(state.demux_where(selected))
+            targets = labels[selected]
+            check_class_ids(targets, self.config.vocab_size, "vocabulary ids (MLM labels: a token id, or -100)",
+                            training=self.training)
+            # A batch without a single masked token gives a zero loss, not NaN.
+            loss = F.cross_entropy(logits, targets) if targets.numel() else logits.sum() * 0.0
+        else:  # every position scored, the unmasked ones ignored: no data-dependent shape
+            logits = self.mlm_logits(state.demux_rows())
+            loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum")
+            loss = loss / selected.sum().clamp(min=1)
+        output = mix_retrieval(self, loss, state)
+        output.logits = logits
+        return output
 
 
 class MuxRetrievalMixin(MuxHeadMixin):

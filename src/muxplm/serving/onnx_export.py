@@ -26,7 +26,8 @@ from torch.nn import functional as F
 
 from ..grouping import plan_groups
 from ..quantization import check_quantize, int8_onnx_path, quantize_onnx_int8
-from .predictor import Predictor, _TOKENIZER_FILES
+from ..vocabulary import TOKENIZER_FILES
+from .predictor import Predictor
 
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -112,7 +113,7 @@ def export_onnx(
     # Keep what a server needs next to the graph: the config (labels) and the tokenizer.
     shutil.copy(Path(model_dir) / "config.json", out / "config.json")
     for name in os.listdir(model_dir):
-        if name in _TOKENIZER_FILES or name in ("special_tokens_map.json", "tokenizer_config.json"):
+        if name in TOKENIZER_FILES:
             shutil.copy(Path(model_dir) / name, out / name)
     result = {"path": str(path), "task": wrapper.task, "num_instances": n, "checkpoint": checkpoint_hash(model_dir)}
     try:
@@ -167,13 +168,20 @@ def onnx_session(path: str | os.PathLike, threads: int | None = None):
     return ort.InferenceSession(str(path), options, providers=providers)
 
 
+def graph_feeds(session, inputs: dict) -> dict:
+    """The inputs (as numpy arrays) that the graph takes: the exporter drops an input the model
+    never reads (``token_type_ids`` of DistilBERT and MPNet)."""
+    return {arg.name: inputs[arg.name].cpu().numpy() for arg in session.get_inputs()}
+
+
 def check_parity(model, path, *, batch: int, length: int = 23) -> float:
     """Largest |ONNX Runtime - PyTorch| logit difference on a random batch."""
     ids, mask, types = _example_inputs(batch, length, model.config.vocab_size)
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
-    got = onnx_session(path).run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy(),
-                                        "token_type_ids": types.numpy()})[0]
+    session = onnx_session(path)
+    feeds = graph_feeds(session, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})
+    got = session.run(None, feeds)[0]
     if task_is_token(model):
         keep = mask.bool()
         return float((torch.from_numpy(got)[keep] - expected[keep]).abs().max())
@@ -225,11 +233,11 @@ class OnnxPredictor(Predictor):
         if ensemble and self.num_instances > 1:
             plan = plan_groups(len(encoded), self.num_instances, ensemble=True)
             real = plan.is_real[:, None].to(batch["input_ids"].dtype)
-            feeds = {k: (v.cpu()[plan.order] * real).numpy() for k, v in batch.items()}
+            feeds = graph_feeds(self.session, {k: v.cpu()[plan.order] * real for k, v in batch.items()})
             slots = torch.from_numpy(self.session.run(None, feeds)[0])
             logits = plan.reduce_copies(slots[plan.slot_of])
         else:
-            logits = torch.from_numpy(self.session.run(None, {k: v.cpu().numpy() for k, v in batch.items()})[0])
+            logits = torch.from_numpy(self.session.run(None, graph_feeds(self.session, batch))[0])
         if self.task == "sentence":
             return list(logits)
         return [logits[row, : len(item)] for row, item in enumerate(encoded)]

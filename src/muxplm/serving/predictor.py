@@ -20,6 +20,7 @@ import torch
 import muxplm
 from muxplm.devices import check_finite_weights, resolve_device
 from muxplm.quantization import check_quantize, quantize_dynamic_int8
+from muxplm.vocabulary import tokenizer_source
 
 TASKS = ("sentence", "token", "reconstruct")
 MODES = ("throughput", "ensemble")
@@ -30,7 +31,6 @@ _TASK_OF_ARCHITECTURE = {
     "ForTokenClassification": "token",
     "ForRetrieval": "reconstruct",
 }
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
 
 
 # A text longer than this many characters per token of max_length is refused (or cut, with
@@ -130,7 +130,7 @@ class Predictor:
         self.task = task_of(model)
         if self.task == "token" and not getattr(tokenizer, "is_fast", False):
             raise ValueError("token tasks need a fast tokenizer (for word_ids)")
-        room = model.config.max_position_embeddings - getattr(model.config, "num_prefix_tokens", 0)
+        room = model.config.max_input_tokens
         if not 2 <= max_length <= room:
             raise ValueError(f"max_length must lie in [2, {room}] for this model, got {max_length}")
         if batch_size < 1:
@@ -161,7 +161,8 @@ class Predictor:
         quantize: str = "none",
     ) -> "Predictor":
         """Load a checkpoint folder (``config.json`` naming the architecture, weights and,
-        optionally, tokenizer files; without them the default MiniLM/BERT-uncased tokenizer)
+        optionally, tokenizer files; without them the default MiniLM/BERT-uncased tokenizer, for
+        the families that use that vocabulary: :func:`muxplm.vocabulary.tokenizer_source`)
         onto ``device`` in ``dtype`` (``float32``, ``bfloat16``; ``float16`` on CUDA only);
         ``quantize="int8"``: int8 dynamic quantisation (CPU and float32 only)."""
         check_quantize(quantize, device, dtype)  # before the device check: a GPU machine or not, int8 is refused there
@@ -172,13 +173,13 @@ class Predictor:
         config_file = folder / "config.json"
         if not config_file.is_file():
             raise FileNotFoundError(f"{folder} holds no config.json: not a model checkpoint folder")
-        architectures = json.loads(config_file.read_text()).get("architectures") or []
+        saved = json.loads(config_file.read_text())
+        architectures = saved.get("architectures") or []
         if not architectures:
             raise ValueError(f"{config_file} names no architecture; cannot tell which model to load")
+        if tokenizer_path is None:  # before the weights: a folder without its tokenizer is refused at once
+            tokenizer_path = tokenizer_source(folder, saved.get("model_type")) or default_tokenizer_path()
         model = _model_class(architectures[0]).from_pretrained(str(folder)).to(device=device, dtype=dtype)
-        if tokenizer_path is None:
-            has_tokenizer = any((folder / name).is_file() for name in _TOKENIZER_FILES)
-            tokenizer_path = folder if has_tokenizer else default_tokenizer_path()
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
         return cls(model, tokenizer, max_length=max_length, batch_size=batch_size, quantize=quantize)
 

@@ -51,9 +51,10 @@ def register(subparsers) -> None:
 
     convert = subparsers.add_parser(
         "convert", parents=[settings],
-        help="multiplex a plain pretrained BERT/ELECTRA: warm start + priming with self-distillation",
+        help="multiplex a plain pretrained encoder (BERT, ELECTRA, RoBERTa, DistilBERT, MPNet): warm start + priming",
     )
-    convert.add_argument("plain_model_dir", help="a plain BERT/ELECTRA checkpoint directory")
+    convert.add_argument("plain_model_dir", help="a plain encoder checkpoint directory (its tokenizer beside it, "
+                                                 "unless it uses BERT's uncased vocabulary)")
     convert.add_argument("--gpu", action="store_true",
                          help="the GPU recipe: the measured recipe in bf16 (needs CUDA; flags still override it)")
     convert.set_defaults(func=_convert)

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ..configuration import DEMUX_TYPES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
+from ..families import FAMILIES as ENCODER_FAMILIES
 
 STAGES = ("retrieval", "mlm", "electra", "finetune")
 PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
-FAMILIES = ("bert", "electra")
+FAMILIES = tuple(ENCODER_FAMILIES)
 MIXED_PRECISION = ("no", "bf16", "fp16", "auto")
 
 
@@ -47,16 +48,19 @@ class TrainConfig:
     ``max_steps``; the flags are built from these fields) and the keys of a ``--config`` file.
     ``None`` means the recipe's value for the stage and model size (:func:`resolve`)."""
 
-    stage: str = setting("finetune", "pretrain: retrieval, mlm (MUX-BERT) or electra (MUX-ELECTRA)",
+    stage: str = setting("finetune", "pretrain: retrieval, mlm (every family but ELECTRA) or electra (MUX-ELECTRA)",
                          choices=STAGES)
     output_dir: str = setting("runs/muxplm", "where checkpoints, logs and the final model go")
-    # model: a size preset (fresh weights), a MUX checkpoint, or a plain BERT/ELECTRA encoder
+    # model: a size preset (fresh weights), a MUX checkpoint, or a plain encoder
     preset: str | None = setting(help="fresh model of this size", choices=tuple(SIZE_PRESETS))
     init: str | None = setting(help="start from this MUX checkpoint directory")
-    init_encoder: str | None = setting(help="warm-start from a plain BERT/ELECTRA directory")
+    init_encoder: str | None = setting(help="warm-start from a plain encoder directory (BERT, ELECTRA, RoBERTa / "
+                                            "XLM-R / CamemBERT, DistilBERT or MPNet; its model_type decides)")
     keep_layers: int | None = setting(help="with --init-encoder or convert: keep only the plain encoder's first k "
                                            "layers (a cut encoder: fewer layers, faster, and stackable with N)")
-    family: str | None = setting(help="bert or electra (default: from --init, else by stage)", choices=FAMILIES)
+    family: str | None = setting(help=f"encoder family of a fresh --preset model: {', '.join(FAMILIES)} (default: "
+                                      f"from --init / --init-encoder, else electra for --stage electra, else bert)",
+                                 choices=FAMILIES)
     num_instances: int | None = setting(help="N, inputs per forward pass (1 = plain baseline)")
     # No fixed choices: any registered variant is accepted (the model config checks the registries).
     mux_type: str | None = setting(help=f"multiplexer ({', '.join(MUX_TYPES)}, or a registered one)")

@@ -1,4 +1,5 @@
-"""``muxplm convert``: a plain pretrained BERT/ELECTRA encoder -> a MUX-PLM that fine-tunes well.
+"""``muxplm convert``: a plain pretrained encoder (any family of :mod:`muxplm.families`: BERT,
+ELECTRA, RoBERTa / XLM-R / CamemBERT, DistilBERT, MPNet) -> a MUX-PLM that fine-tunes well.
 
 One priming stage on the plain model's own weights (warm start) with the conversion recipe
 below (optionally distilling the plain encoder's per-instance states: ``teacher``); the result
@@ -47,10 +48,13 @@ def conversion_settings(plain_dir: str | Path, num_instances: int, gpu: bool = F
     import torch
     from transformers import AutoConfig
 
+    from ..families import family_of_plain_type
+
     if gpu and not torch.cuda.is_available():
         raise ValueError("the --gpu conversion recipe needs a CUDA device; without one, leave --gpu off "
                          "(the CPU recipe: minutes on two cores)")
     plain = AutoConfig.from_pretrained(plain_dir)
+    family_of_plain_type(plain.model_type, f"convert {plain_dir}")  # a clear refusal of any other model
     settings = dict(CONVERT_RECIPE, **(GPU_CONVERT_RECIPE if gpu else {}), init_encoder=str(plain_dir),
                     num_instances=num_instances, mux_key_norm=math.sqrt(plain.hidden_size))
     layers = min(keep_layers or plain.num_hidden_layers, plain.num_hidden_layers)

@@ -189,7 +189,7 @@ def evaluate_checkpoint(
 
 
 def _max_length(model) -> int:
-    return min(128, model.config.max_position_embeddings - model.config.num_prefix_tokens)
+    return min(128, model.config.max_input_tokens)
 
 
 def _check_compatible(spec: TaskSpec, kind: str, label_names: list[str], checkpoint) -> None:

@@ -8,35 +8,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..configuration import SIZE_PRESETS, MuxBertConfig, MuxElectraConfig
+from ..configuration import SIZE_PRESETS
 from ..data import load_tokenizer
-from ..modeling_bert import (
-    MuxBertForMaskedLM,
-    MuxBertForRetrieval,
-    MuxBertForSequenceClassification,
-    MuxBertForTokenClassification,
-)
-from ..modeling_electra import (
-    MuxElectraForPreTraining,
-    MuxElectraForRetrieval,
-    MuxElectraForSequenceClassification,
-    MuxElectraForTokenClassification,
-)
+from ..families import FAMILIES, family_of_model_type, family_of_mux_type, family_of_plain_type
+from ..vocabulary import tokenizer_source
 from .config import TrainConfig
 
-CONFIG_CLASSES = {"bert": MuxBertConfig, "electra": MuxElectraConfig}
-FAMILY_OF_MODEL_TYPE = {"mux_bert": "bert", "mux_electra": "electra", "bert": "bert", "electra": "electra"}
+CONFIG_CLASSES = {name: family.config_class for name, family in FAMILIES.items()}
 # (family, head) -> model class; head = the stage for pre-training, the task kind for fine-tuning.
-MODEL_CLASSES = {
-    ("bert", "retrieval"): MuxBertForRetrieval,
-    ("bert", "mlm"): MuxBertForMaskedLM,
-    ("bert", "sentence"): MuxBertForSequenceClassification,
-    ("bert", "token"): MuxBertForTokenClassification,
-    ("electra", "retrieval"): MuxElectraForRetrieval,
-    ("electra", "electra"): MuxElectraForPreTraining,
-    ("electra", "sentence"): MuxElectraForSequenceClassification,
-    ("electra", "token"): MuxElectraForTokenClassification,
-}
+MODEL_CLASSES = {(name, head): cls for name, family in FAMILIES.items() for head, cls in family.models.items()
+                 if head != "base"}
 DEFAULT_NEW_DEMUX = "unbind"
 
 logger = logging.getLogger(__name__)
@@ -54,19 +35,21 @@ def read_model_config(path: str | Path) -> dict[str, Any]:
 
 
 def tokenizer_for(config: TrainConfig, model_dir: str | Path | None):
-    """``--tokenizer`` if given, else the tokenizer saved with the model, else the default."""
+    """``--tokenizer`` if given, else the tokenizer saved with the model, else the default (BERT's
+    uncased WordPiece vocabulary) where it fits the model's family (:mod:`muxplm.vocabulary`)."""
     if config.tokenizer:
         return load_tokenizer(config.tokenizer)
-    if model_dir is not None and any((Path(model_dir) / name).is_file() for name in ("tokenizer.json", "vocab.txt")):
-        return load_tokenizer(model_dir)
-    return load_tokenizer()
+    if model_dir is None:
+        return load_tokenizer()
+    return load_tokenizer(tokenizer_source(model_dir, read_model_config(model_dir).get("model_type")))
 
 
 def load_classifier(checkpoint: str | Path):
     """A fine-tuned sequence/token classifier and its tokenizer from a checkpoint directory.
     Raises ``ValueError`` for a checkpoint without a classification head (e.g. an MLM one)."""
     saved = read_model_config(checkpoint)
-    if saved.get("model_type") not in ("mux_bert", "mux_electra"):
+    family = family_of_mux_type(saved.get("model_type"))
+    if family is None:
         raise ValueError(f"{checkpoint} holds a {saved.get('model_type')!r} model, not a MUX model")
     architectures = saved.get("architectures") or []
     kind = next((k for k, marker in (("sentence", "ForSequenceClassification"), ("token", "ForTokenClassification"))
@@ -77,9 +60,16 @@ def load_classifier(checkpoint: str | Path):
             f"{checkpoint} is not a fine-tuned classifier (it holds {found}); evaluate needs the output of "
             f"`muxplm finetune`"
         )
-    family = FAMILY_OF_MODEL_TYPE[saved["model_type"]]
-    model = MODEL_CLASSES[(family, kind)].from_pretrained(checkpoint)
+    model = family.models[kind].from_pretrained(checkpoint)
     return model, load_tokenizer(checkpoint)
+
+
+def with_bert_names(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved config's settings, plus its family's own fields under BERT's names (DistilBERT
+    saves ``dim``, ``n_layers``, ...: they are also given as ``hidden_size``, ...)."""
+    family = family_of_model_type(saved.get("model_type"))
+    aliases = family.config_class.attribute_map if family is not None else {}
+    return {**saved, **{alias: saved[field] for alias, field in aliases.items() if field in saved}}
 
 
 def size_of(model_config) -> str | None:
@@ -94,9 +84,11 @@ def size_of(model_config) -> str | None:
 
 def _family(config: TrainConfig, saved: dict[str, Any] | None) -> str:
     if saved is not None:
-        family = FAMILY_OF_MODEL_TYPE.get(saved.get("model_type"))
+        family = family_of_mux_type(saved.get("model_type"))
         if family is None:
-            raise ValueError(f"cannot start from a {saved.get('model_type')!r} checkpoint; need a MUX-BERT/ELECTRA one")
+            raise ValueError(f"cannot start from a {saved.get('model_type')!r} checkpoint; need a MUX one (of the "
+                             f"families {', '.join(FAMILIES)}); a plain encoder warm-starts with --init-encoder")
+        family = family.name
         if config.family and config.family != family:
             raise ValueError(f"--family {config.family} disagrees with the {family} checkpoint given")
         return family
@@ -142,18 +134,15 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
     saved = read_model_config(source) if source else None
     if config.init_encoder:
         saved_plain = read_model_config(config.init_encoder)
-        family = FAMILY_OF_MODEL_TYPE.get(saved_plain.get("model_type"))
-        if family is None or saved_plain.get("model_type", "").startswith("mux_"):
-            raise ValueError(
-                f"--init-encoder needs a plain BERT or ELECTRA checkpoint; {config.init_encoder} holds "
-                f"{saved_plain.get('model_type')!r} (use --init for MUX checkpoints)"
-            )
+        family = family_of_plain_type(saved_plain.get("model_type"), f"--init-encoder {config.init_encoder}").name
+        if config.family and config.family != family:
+            raise ValueError(f"--family {config.family} disagrees with the {family} checkpoint given")
     else:
         family = _family(config, saved)
     key = (family, head)
     if key not in MODEL_CLASSES:
         raise ValueError(f"stage {config.stage!r} does not apply to a MUX-{family.upper()} model"
-                         + (" (MUX-BERT pre-trains with --stage mlm, MUX-ELECTRA with --stage electra)"
+                         + (f" (MUX-{family.upper()} pre-trains with --stage {FAMILIES[family].pretraining_stage})"
                             if head in ("mlm", "electra") else ""))
     model_class = MODEL_CLASSES[key]
     overrides = _config_overrides(config, labels)
@@ -176,7 +165,7 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
         model = model_class(model_config)
     else:
         raise ValueError("choose the model: --preset tiny|small|base|large, --init CHECKPOINT_DIR or "
-                         "--init-encoder PLAIN_BERT_DIR")
+                         "--init-encoder PLAIN_ENCODER_DIR")
     if len(tokenizer) > model.config.vocab_size:
         raise ValueError(f"the tokenizer has {len(tokenizer)} tokens but the model's vocabulary holds only "
                          f"{model.config.vocab_size}")

@@ -1,10 +1,10 @@
 """The three training stages: building the model and data for each, then running the loop.
 
 1. ``retrieval``: token-retrieval priming (auto-encoding) from a preset or a checkpoint;
-2. ``mlm`` (MUX-BERT) / ``electra`` (MUX-ELECTRA): pre-training, normally ``--init`` from
-   stage 1;
+2. ``mlm`` (every family but ELECTRA) / ``electra`` (MUX-ELECTRA): pre-training, normally
+   ``--init`` from stage 1;
 3. ``finetune``: a task head on a stage-2 checkpoint, on any MUX checkpoint, or on a plain
-   BERT/ELECTRA encoder (warm start, ``init_encoder``).
+   encoder of any supported family (warm start, ``init_encoder``; :mod:`muxplm.families`).
 
 Every run writes a self-contained model directory (config with ``id2label``, safetensors
 weights, tokenizer files) that the next stage's ``init`` points at.
@@ -27,7 +27,7 @@ from .distill import StateDistillation, TaskDistillation
 from .evaluate import evaluate_model
 from .inputs import load_task_features, pretraining_blocks, pretraining_collator, pretraining_evaluator
 from .loop import TrainingRun, make_accelerator, process_state, train
-from .models import build_model, read_model_config, size_of, tokenizer_for
+from .models import build_model, read_model_config, size_of, tokenizer_for, with_bert_names
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def resolved_config(config: TrainConfig, resume_from: Path | None = None) -> Tra
     source = resume_from or config.init or config.init_encoder
     saved = read_model_config(source) if source else {}
     instances = config.num_instances or saved.get("num_instances") or (2 if config.init_encoder else 1)
-    return resolve(config, size_of(SimpleNamespace(**saved)), instances)
+    return resolve(config, size_of(SimpleNamespace(**with_bert_names(saved))), instances)
 
 
 def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
