@@ -151,8 +151,21 @@ def _tiny_bert(path: Path) -> None:
     BertModel(config, add_pooling_layer=False).save_pretrained(path)
 
 
-# One builder per model family the README's path supports: each writes a tiny plain checkpoint.
-PLAIN_BUILDERS = {"bert": _tiny_bert}
+def _tiny_roberta(path: Path) -> None:
+    from family_testing import roberta_tokenizer, save_plain
+
+    save_plain("roberta", path, tokenizer=roberta_tokenizer(), max_position_embeddings=66)
+
+
+def _tiny_mpnet(path: Path) -> None:
+    from family_testing import mpnet_tokenizer, save_plain
+
+    save_plain("mpnet", path, tokenizer=mpnet_tokenizer(), max_position_embeddings=66)
+
+
+# One builder per model family the README's path supports: each writes a tiny plain checkpoint
+# (RoBERTa and MPNet with their own tokenizer beside it, as a user's checkpoint has).
+PLAIN_BUILDERS = {"bert": _tiny_bert, "roberta": _tiny_roberta, "mpnet": _tiny_mpnet}
 
 # What the test adds to each printed command so that it runs in seconds (flags given twice: the last wins).
 TINY_FLAGS = {
