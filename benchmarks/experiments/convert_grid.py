@@ -287,6 +287,15 @@ def main(argv=None) -> int:
     (out / "evals").mkdir(parents=True, exist_ok=True)
     tasks = args.tasks.split(",")
     jobs = jobs_for(rows, tasks, args.encoder, runs, out, args.device, smoke=args.plan == "smoke", int8=args.int8)
+    # With --only, a row may read another row's output (its conversion, its teacher) that this run
+    # does not schedule: it must be on disk already (every job's output is RUNS/KEY/train_results.json).
+    scheduled = {job.key for job in jobs}
+    for job in jobs:
+        outside = [key for key in job.after if key not in scheduled]
+        missing = [key for key in outside if not (runs / key / "train_results.json").is_file()]
+        if missing:
+            parser.error(f"{job.key} needs {', '.join(missing)}: add that row to --only or train it first")
+        job.after = [key for key in job.after if key in scheduled]
     by_name = {r.name: r for r in rows}
     start = time.time()
 
