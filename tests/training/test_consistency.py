@@ -95,7 +95,8 @@ def test_finetune_with_consistency_and_a_teacher_logs_the_disagreement(tmp_path)
 
 
 def test_the_tiny_recipe_fine_tunes_mux_models_with_consistency_and_plain_ones_without():
-    from muxplm.training.config import CONSISTENCY_WEIGHT, resolve
+    from muxplm.training.config import resolve
+    from muxplm.training.recipes import CONSISTENCY_WEIGHT
 
     tune = dict(stage="finetune", task="sentiment")
     assert resolve(TrainConfig(**tune), "tiny", num_instances=5).consistency_weight == CONSISTENCY_WEIGHT > 0

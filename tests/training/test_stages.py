@@ -22,7 +22,7 @@ from muxplm.training import (
     resolve,
     run_stage,
 )
-from muxplm.training.config import TINY_RECIPE
+from muxplm.training.recipes import TINY_RECIPE
 
 pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
 

@@ -31,6 +31,7 @@ import torch
 
 from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
+from ..training.recipes import REPRODUCTION_PRESETS
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
 from .throughput import DTYPES, environment
 
@@ -100,92 +101,6 @@ RETENTION_TARGETS = {2: (0.97, 0.99), 5: (0.94, 0.975), 10: (0.90, 0.95)}
 # Stability: the most any task's predictions may change across composition seeds, per N.
 STABILITY_TARGETS = {2: 0.05, 5: 0.10}
 TMUX_GAP_TARGET = 10.0
-
-_TINY_2L = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512)
-
-# Recipes. Every model of a run shares the same budget; MiniLM rows use the same steps at the
-# warm-start learning rates. ``quick``: <= 30 min on the 2-core CPU machine; ``full``: the tiny
-# preset, <= 3 h there; ``gpu``: the small preset (L4/H512), about 20 min on one H100.
-PRESETS: dict[str, dict[str, Any]] = {
-    "quick": dict(
-        preset="tiny", model_overrides=_TINY_2L, max_length=32, corpus_max_words=60_000, corpus_sources=None,
-        retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
-        pretrain=dict(max_steps=50, lr=1e-3, batch_size=16, retrieval_loss_weight=0.2),
-        finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=640, max_eval_examples=200),
-        warm=dict(retrieval_steps=10, pretrain_steps=10, lr=1e-4, finetune_lr=5e-5, max_train_examples=320),
-        seeds=3, ensemble_models=["mux-bert-2"], mixed_precision="no", device="cpu",
-        throughput=dict(batch_size=128, seq_length=32, batches=2, trials=3, warmup=1, clock="process",
-                        dtype="float32"),
-    ),
-    # ``full`` is the demo's proven tiny recipe (see muxplm.training.demo) applied to every row;
-    # measured wall seconds per step of 32 x 48 tokens on the idle 2-core machine: N=1 MLM 0.42,
-    # fine-tune 0.33; N=2 priming 0.72, MLM with the auxiliary retrieval loss 1.04, fine-tune 0.17.
-    # Priming (issue 9's curves, benchmarks/results/curves/priming): the unbinding demux, 32 groups
-    # a step (batch = 32 x N instances), the in-batch softmax and 32-token blocks take held-out
-    # retrieval accuracy at N = 10 from 10 % to 59 % in 300 steps; 400 steps here.
-    "full": dict(
-        preset="tiny", model_overrides={"retrieval_softmax": "in_batch"}, max_length=48, corpus_max_words=400_000,
-        corpus_sources=None,
-        retrieval=dict(max_steps=400, lr=1e-3, batch_groups=32, max_length=32),
-        pretrain=dict(max_steps=250, lr=5e-4, batch_size=32, retrieval_loss_weight=0.2),
-        # Fine-tuning lengths are set per task here: no minimum number of steps (min_steps=1).
-        # Composition consistency (the tiny recipe's default since) is off: the committed results
-        # were made without it; benchmarks/results/curves/consistency measures it on these rows.
-        # Every row, N = 1 included, fine-tunes the same 20 epochs: the longest any MUX row needs
-        # (below), so that no baseline is compared with rows trained longer than itself.
-        finetune=dict(num_epochs=20.0, min_steps=1, lr=2e-4, batch_size=32, max_train_examples=4000,
-                      max_eval_examples=1000, consistency_weight=0.0),
-        # MUX models leave chance on the sentence tasks later than N=1 (measured: N=2 sentiment
-        # loss still 0.69 after 250 steps, while N=1 learns from step ~100), so the sentence tasks
-        # use all their training data (8607 / 4843 examples). NER: WNUT-16 entities are rare;
-        # 2 epochs at 2e-4 predict none (F1 0 for every row), 10 epochs at 1e-3 reach F1 22.7
-        # with the BERT row (the earlier probe).
-        # Sentence heads pool each instance's tokens (the first position holds the same [CLS] for
-        # every multiplexed instance; benchmarks/results/curves/pooling).
-        task_finetune=dict(sentiment=dict(max_train_examples=None, sentence_pooling="mean"),
-                           trec=dict(max_train_examples=None, sentence_pooling="mean"),
-                           ner=dict(lr=1e-3)),
-        # The 20 epochs: sentence heads of MUX models leave chance only with long fine-tuning (N = 5
-        # sentiment: 2 epochs 56 %, 10 epochs 73 % at step 1000 and rising; curves/pooling), token
-        # heads too (N = 10 pos 70.6 with 2 epochs, 89.2 with 20; curves/token-epochs).
-        warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
-        seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
-        mixed_precision="no", device="cpu",
-        throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
-                        dtype="float32"),
-    ),
-    # Conversion of the pretrained MiniLM (issue 10; benchmarks/results/curves/convert): every row
-    # fine-tunes 2,000 examples per task for 20 epochs with the head at 2e-4 and the encoder at 5e-5
-    # (the same for every row: benchmarks/results/convert-stack20 shows that longer fine-tuning lifts
-    # the plain and cut rows as much as the multiplexed ones).
-    "convert": dict(
-        preset="tiny", model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None,
-        retrieval=dict(), pretrain=dict(),
-        convert=dict(),  # the conversion recipe (muxplm.training.convert.CONVERT_RECIPE) unchanged
-        finetune=dict(num_epochs=20.0, min_steps=1, lr=2e-4, encoder_lr=5e-5, batch_size=32, max_train_examples=2000,
-                      max_eval_examples=1000, sentence_pooling="mean"),
-        # The encoder at 1e-4 for sentence tasks too: a converted encoder must adapt further than
-        # a plain one (N = 2 trec 87.0 vs 80.3 at 5e-5, sentiment 81.6 vs 79.3; curves/convert-finetune).
-        task_finetune=dict(ner=dict(lr=5e-4, encoder_lr=1e-4), sentiment=dict(encoder_lr=1e-4),
-                           trec=dict(encoder_lr=1e-4)),
-        warm=dict(finetune_lr=None, max_train_examples=None),  # every row is warm: the finetune section rules
-        seeds=5, ensemble_models=[], mixed_precision="no", device="cpu",
-        throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
-                        dtype="float32"),
-    ),
-    "gpu": dict(
-        preset="small", model_overrides={}, max_length=128, corpus_max_words=None, corpus_sources=None,
-        retrieval=dict(max_steps=300, lr=1e-4, batch_size=128),
-        pretrain=dict(max_steps=1200, lr=5e-4, batch_size=128, retrieval_loss_weight=0.2),
-        finetune=dict(num_epochs=2.0, lr=1e-4, batch_size=64, max_train_examples=20_000, max_eval_examples=None),
-        warm=dict(retrieval_steps=200, pretrain_steps=400, lr=1e-4, finetune_lr=5e-5, max_train_examples=20_000),
-        seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
-        mixed_precision="bf16", device="cuda",
-        throughput=dict(batch_size=128, seq_length=128, batches=200, trials=3, warmup=3, clock="wall",
-                        dtype="bfloat16"),
-    ),
-}
-
 
 # --------------------------------------------------------------------------- training
 
@@ -484,9 +399,9 @@ def per_seed_records(evaluations: dict[str, dict[str, dict]]) -> list[dict[str, 
 
 def resolve_recipe(preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """A copy of the ``preset`` recipe with top-level or ``section.key`` overrides applied."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
-    recipe = json.loads(json.dumps(PRESETS[preset]))
+    if preset not in REPRODUCTION_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(REPRODUCTION_PRESETS)}")
+    recipe = json.loads(json.dumps(REPRODUCTION_PRESETS[preset]))
     for name, value in (overrides or {}).items():
         section, _, key = name.partition(".")
         if (section not in recipe) or (key and not isinstance(recipe[section], dict)):

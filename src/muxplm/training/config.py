@@ -15,6 +15,7 @@ from typing import Any
 
 from ..configuration import DEMUX_TYPES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
 from ..families import FAMILIES as ENCODER_FAMILIES
+from .recipes import PAPER_RECIPE, TINY_RECIPE
 
 STAGES = ("retrieval", "mlm", "electra", "finetune")
 PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
@@ -147,46 +148,6 @@ class TrainConfig:
 
 FIELD_NAMES = {f.name for f in dataclasses.fields(TrainConfig)}
 LIST_FIELDS = {f.name for f in dataclasses.fields(TrainConfig) if str(f.type).startswith("list")}
-
-# Paper recipe (DESIGN.md §2): priming 10k steps at 1e-4; pre-training 1e-4, 10k warmup, batch
-# 256, seq 512; fine-tuning 2e-5 (5e-5 also studied), warmup 10%, weight decay 0, batch 32, seq 128.
-PAPER_RECIPE = {
-    "retrieval": dict(lr=1e-4, batch_size=256, max_length=512, max_steps=10_000, warmup_steps=1000,
-                      weight_decay=0.01, eval_steps=1000, save_steps=1000, logging_steps=50),
-    "mlm": dict(lr=1e-4, batch_size=256, max_length=512, max_steps=1_000_000, warmup_steps=10_000,
-                weight_decay=0.01, eval_steps=10_000, save_steps=10_000, logging_steps=100),
-    "finetune": dict(lr=2e-5, batch_size=32, max_length=128, num_epochs=3.0, warmup_ratio=0.1,
-                     weight_decay=0.0, eval_steps=1000, save_steps=1000, logging_steps=50),
-}
-PAPER_RECIPE["electra"] = dict(PAPER_RECIPE["mlm"])
-
-# Composition consistency for MUX fine-tuning (benchmarks/results/curves/consistency-stability.md):
-# at N = 2 / 5 on sentiment it cut the dev predictions that change with the composition from
-# 21.8 / 27.1 % to 11.7 / 16.2 % (weight 4) and kept or raised the accuracy; each step encodes
-# the batch twice.
-CONSISTENCY_WEIGHT = 4.0
-
-# CPU recipe for the tiny preset: short sequences, higher learning rates, a few hundred steps.
-# Priming (benchmarks/results/curves/priming): 32 multiplexed groups a step, 32-token blocks and
-# the in-batch softmax; MUX pre-training keeps the auxiliary retrieval loss (r = 0.2), without
-# which a short MLM stage undoes the priming (ignored for N = 1, which has nothing to retrieve).
-TINY_RECIPE = {
-    "retrieval": dict(lr=1e-3, batch_groups=32, max_length=32, max_steps=400, warmup_ratio=0.1,
-                      weight_decay=0.01, eval_steps=100, save_steps=100, logging_steps=10,
-                      retrieval_softmax="in_batch"),
-    "mlm": dict(lr=5e-4, batch_size=32, max_length=64, max_steps=400, warmup_ratio=0.1,
-                weight_decay=0.01, eval_steps=200, save_steps=200, logging_steps=10,
-                retrieval_loss_weight=0.2, retrieval_softmax="in_batch"),
-    # Sentence heads read each instance's mean over its tokens (benchmarks/results/curves/pooling:
-    # N = 2 sentiment 77.6 vs 73.5 from the first position; N = 1 80.3 vs 81.3).
-    # MUX models fine-tune N times the epochs (the same encoder compute; capped): with 2 epochs
-    # the N = 5 sentiment head stays at chance, with 10 it learns (benchmarks/results/curves/pooling).
-    "finetune": dict(lr=2e-4, batch_size=32, max_length=64, num_epochs=3.0, min_steps=600, warmup_ratio=0.1,
-                     weight_decay=0.0, eval_steps=200, save_steps=200, logging_steps=10, sentence_pooling="mean",
-                     epochs_scale_with_instances=20.0, consistency_weight=CONSISTENCY_WEIGHT),
-}
-TINY_RECIPE["electra"] = dict(TINY_RECIPE["mlm"])
-
 
 def recipe_for(stage: str, size: str | None) -> dict[str, Any]:
     return dict((TINY_RECIPE if size == "tiny" else PAPER_RECIPE)[stage])

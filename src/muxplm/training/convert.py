@@ -14,31 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import TrainConfig, build_config
-
-# Measured on MiniLM (benchmarks/results/curves/convert, 2-core CPU): 200 priming steps of 32
-# groups of 32-token blocks; the fresh modules' learning rate rises to 2e-4 over the run, the
-# encoder's to 2e-5. Three of MiniLM's six layers run unmuxed: with the same fine-tuning compute
-# as plain MiniLM that keeps 96.3 / 94.0 / 90.7 % of its sentence-task average at N = 2 / 5 / 10
-# and runs 1.5x / 1.9x / 1.9x as fast; two keep 92.2 / 86.3 / 88.7 % at 1.6x / 2.0x / 2.3x, none
-# left N = 2 sentiment at 68.5 % (benchmarks/results/reproduce/convert-k3, .../convert).
-# It is the most accurate conversion found, but not ahead of MiniLM cut to its first layers
-# (--keep-layers) at the same speed (benchmarks/results/convert-pareto). With every layer on
-# the mixture (K = 0), 15x the priming or distilling the plain encoder's states for as long
-# did not lift the fine-tuned score (benchmarks/results/convert-curves).
-# Distilling the plain encoder's states as well (--teacher PLAIN_DIR) changed nothing measurable
-# at twice the step cost, so it is off.
-CONVERT_RECIPE: dict[str, Any] = dict(
-    stage="retrieval", demux_type="unbind", batch_groups=32, max_length=32, max_steps=200, lr=2e-4,
-    encoder_lr=2e-5, retrieval_softmax="in_batch", warmup_ratio=1.0, weight_decay=0.01, eval_steps=100,
-    save_steps=100, logging_steps=10, num_unmuxed_layers=3,
-)
-# On a GPU (``muxplm convert --gpu``): the measured recipe as it is, in bf16 (seconds to minutes).
-# Not longer: three times the priming steps doubled N = 10's held-out retrieval (27 -> 56 %) but
-# fine-tuned no better on trec and 2.4 points worse on sentiment (benchmarks/README.md,
-# *Longer conversion priming*). Conversions ran on an H100 in fp32 (benchmarks/results/convert-curves);
-# this bf16 recipe itself has not.
-GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
-
+from .recipes import CONVERT_RECIPE, GPU_CONVERT_RECIPE
 
 def conversion_settings(plain_dir: str | Path, num_instances: int, gpu: bool = False,
                         keep_layers: int | None = None) -> dict[str, Any]:

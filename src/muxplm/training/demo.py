@@ -21,36 +21,8 @@ from ..timing import side_by_side
 from .config import TrainConfig
 from .evaluate import evaluate_checkpoint
 from .models import load_classifier
+from .recipes import DEMO_FULL, DEMO_QUICK
 from .stages import run_stage
-
-# Tiny-preset CPU recipe; the full demo needs <= 20 minutes on 2 cores, --quick about one.
-# Priming as in the tiny training recipe (unbinding demux, 32 groups a step of 32-token blocks,
-# in-batch softmax; benchmarks/results/curves/priming); MUX pre-training keeps the auxiliary
-# retrieval loss (r = 0.2): without it the short MLM stage undid the priming and fine-tuning
-# stayed at chance (51 % vs 77 % on sentiment at N = 2).
-FULL = dict(
-    model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None, instances=(1, 2, 5),
-    retrieval=dict(max_steps=200, lr=1e-3, batch_groups=32, max_length=32, retrieval_softmax="in_batch"),
-    mlm=dict(max_steps=150, lr=5e-4, batch_size=32),
-    # Without the recipe's composition consistency: it doubles the cost of a MUX fine-tuning
-    # step (+9 min here) and the demo must fit 20 minutes; it is worth a point of accuracy and
-    # 8-10 points fewer predictions changed by the composition (docs/training.md).
-    # Every row fine-tunes the same 8 epochs: the N = 5 head needs them to leave chance, and the
-    # N = 1 baseline gets as much training as the rows it is compared with.
-    finetune=dict(num_epochs=8.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None,
-                  min_steps=1, sentence_pooling="mean", consistency_weight=0.0),
-    seeds=5, throughput=dict(batch_size=128, seq_length=48, num_batches=5, trials=3),
-)
-QUICK = dict(
-    model_overrides=dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128),
-    max_length=32, corpus_max_words=20_000, corpus_sources=["moby_dick"], instances=(1, 2),
-    retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
-    mlm=dict(max_steps=20, lr=1e-3, batch_size=16),
-    finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=800, max_eval_examples=200, min_steps=1,
-                  consistency_weight=0.0),
-    seeds=2, throughput=dict(batch_size=64, seq_length=32, num_batches=5, trials=2),
-)
-
 
 def _stage(recipe: dict, stage: str, output_dir: Path, seed: int, progress: bool, **settings) -> dict[str, Any]:
     section = "finetune" if stage == "finetune" else ("retrieval" if stage == "retrieval" else "mlm")
@@ -72,7 +44,7 @@ def run_demo(output_dir: str | Path = "runs/demo", quick: bool = False, seed: in
              progress: bool = True, task: str = "sentiment") -> dict[str, Any]:
     """Train and compare tiny models at N = 1, 2 and 5 (quick: 1 and 2); returns (and saves)
     the results."""
-    recipe = QUICK if quick else FULL
+    recipe = DEMO_QUICK if quick else DEMO_FULL
     root = Path(output_dir)
     root.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()

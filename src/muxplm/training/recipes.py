@@ -1,0 +1,216 @@
+"""Every training recipe in one place, by name (``get_recipe``, ``RECIPES``): the per-stage
+defaults (the paper's and the tiny CPU ones), the conversion of a pretrained encoder, the demo,
+and the reproduction presets. Each keeps, beside its numbers, the measurements that chose them.
+The modules that run them (``config``, ``convert``, ``demo``, ``muxplm.bench.reproduce``) read
+them from here; nothing else holds recipe values.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+# --------------------------------------------------------------------------- stages (TrainConfig defaults)
+
+# Paper recipe (DESIGN.md §2): priming 10k steps at 1e-4; pre-training 1e-4, 10k warmup, batch
+# 256, seq 512; fine-tuning 2e-5 (5e-5 also studied), warmup 10%, weight decay 0, batch 32, seq 128.
+PAPER_RECIPE = {
+    "retrieval": dict(lr=1e-4, batch_size=256, max_length=512, max_steps=10_000, warmup_steps=1000,
+                      weight_decay=0.01, eval_steps=1000, save_steps=1000, logging_steps=50),
+    "mlm": dict(lr=1e-4, batch_size=256, max_length=512, max_steps=1_000_000, warmup_steps=10_000,
+                weight_decay=0.01, eval_steps=10_000, save_steps=10_000, logging_steps=100),
+    "finetune": dict(lr=2e-5, batch_size=32, max_length=128, num_epochs=3.0, warmup_ratio=0.1,
+                     weight_decay=0.0, eval_steps=1000, save_steps=1000, logging_steps=50),
+}
+PAPER_RECIPE["electra"] = dict(PAPER_RECIPE["mlm"])
+
+# Composition consistency for MUX fine-tuning (benchmarks/results/curves/consistency-stability.md):
+# at N = 2 / 5 on sentiment it cut the dev predictions that change with the composition from
+# 21.8 / 27.1 % to 11.7 / 16.2 % (weight 4) and kept or raised the accuracy; each step encodes
+# the batch twice.
+CONSISTENCY_WEIGHT = 4.0
+
+# CPU recipe for the tiny preset: short sequences, higher learning rates, a few hundred steps.
+# Priming (benchmarks/results/curves/priming): 32 multiplexed groups a step, 32-token blocks and
+# the in-batch softmax; MUX pre-training keeps the auxiliary retrieval loss (r = 0.2), without
+# which a short MLM stage undoes the priming (ignored for N = 1, which has nothing to retrieve).
+TINY_RECIPE = {
+    "retrieval": dict(lr=1e-3, batch_groups=32, max_length=32, max_steps=400, warmup_ratio=0.1,
+                      weight_decay=0.01, eval_steps=100, save_steps=100, logging_steps=10,
+                      retrieval_softmax="in_batch"),
+    "mlm": dict(lr=5e-4, batch_size=32, max_length=64, max_steps=400, warmup_ratio=0.1,
+                weight_decay=0.01, eval_steps=200, save_steps=200, logging_steps=10,
+                retrieval_loss_weight=0.2, retrieval_softmax="in_batch"),
+    # Sentence heads read each instance's mean over its tokens (benchmarks/results/curves/pooling:
+    # N = 2 sentiment 77.6 vs 73.5 from the first position; N = 1 80.3 vs 81.3).
+    # MUX models fine-tune N times the epochs (the same encoder compute; capped): with 2 epochs
+    # the N = 5 sentiment head stays at chance, with 10 it learns (benchmarks/results/curves/pooling).
+    "finetune": dict(lr=2e-4, batch_size=32, max_length=64, num_epochs=3.0, min_steps=600, warmup_ratio=0.1,
+                     weight_decay=0.0, eval_steps=200, save_steps=200, logging_steps=10, sentence_pooling="mean",
+                     epochs_scale_with_instances=20.0, consistency_weight=CONSISTENCY_WEIGHT),
+}
+TINY_RECIPE["electra"] = dict(TINY_RECIPE["mlm"])
+
+
+# --------------------------------------------------------------------------- muxplm convert
+
+# Measured on MiniLM (benchmarks/results/curves/convert, 2-core CPU): 200 priming steps of 32
+# groups of 32-token blocks; the fresh modules' learning rate rises to 2e-4 over the run, the
+# encoder's to 2e-5. Three of MiniLM's six layers run unmuxed: with the same fine-tuning compute
+# as plain MiniLM that keeps 96.3 / 94.0 / 90.7 % of its sentence-task average at N = 2 / 5 / 10
+# and runs 1.5x / 1.9x / 1.9x as fast; two keep 92.2 / 86.3 / 88.7 % at 1.6x / 2.0x / 2.3x, none
+# left N = 2 sentiment at 68.5 % (benchmarks/results/reproduce/convert-k3, .../convert).
+# It is the most accurate conversion found, but not ahead of MiniLM cut to its first layers
+# (--keep-layers) at the same speed (benchmarks/results/convert-pareto). With every layer on
+# the mixture (K = 0), 15x the priming or distilling the plain encoder's states for as long
+# did not lift the fine-tuned score (benchmarks/results/convert-curves).
+# Distilling the plain encoder's states as well (--teacher PLAIN_DIR) changed nothing measurable
+# at twice the step cost, so it is off.
+CONVERT_RECIPE: dict[str, Any] = dict(
+    stage="retrieval", demux_type="unbind", batch_groups=32, max_length=32, max_steps=200, lr=2e-4,
+    encoder_lr=2e-5, retrieval_softmax="in_batch", warmup_ratio=1.0, weight_decay=0.01, eval_steps=100,
+    save_steps=100, logging_steps=10, num_unmuxed_layers=3,
+)
+# On a GPU (``muxplm convert --gpu``): the measured recipe as it is, in bf16 (seconds to minutes).
+# Not longer: three times the priming steps doubled N = 10's held-out retrieval (27 -> 56 %) but
+# fine-tuned no better on trec and 2.4 points worse on sentiment (benchmarks/README.md,
+# *Longer conversion priming*). Conversions ran on an H100 in fp32 (benchmarks/results/convert-curves);
+# this bf16 recipe itself has not.
+GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
+
+
+# --------------------------------------------------------------------------- muxplm demo
+
+# `muxplm demo`: the tiny preset on the CPU; the full demo needs <= 20 minutes on 2 cores, --quick about one.
+# Priming as in the tiny training recipe (unbinding demux, 32 groups a step of 32-token blocks,
+# in-batch softmax; benchmarks/results/curves/priming); MUX pre-training keeps the auxiliary
+# retrieval loss (r = 0.2): without it the short MLM stage undid the priming and fine-tuning
+# stayed at chance (51 % vs 77 % on sentiment at N = 2).
+DEMO_FULL = dict(
+    model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None, instances=(1, 2, 5),
+    retrieval=dict(max_steps=200, lr=1e-3, batch_groups=32, max_length=32, retrieval_softmax="in_batch"),
+    mlm=dict(max_steps=150, lr=5e-4, batch_size=32),
+    # Without the recipe's composition consistency: it doubles the cost of a MUX fine-tuning
+    # step (+9 min here) and the demo must fit 20 minutes; it is worth a point of accuracy and
+    # 8-10 points fewer predictions changed by the composition (docs/training.md).
+    # Every row fine-tunes the same 8 epochs: the N = 5 head needs them to leave chance, and the
+    # N = 1 baseline gets as much training as the rows it is compared with.
+    finetune=dict(num_epochs=8.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None,
+                  min_steps=1, sentence_pooling="mean", consistency_weight=0.0),
+    seeds=5, throughput=dict(batch_size=128, seq_length=48, num_batches=5, trials=3),
+)
+DEMO_QUICK = dict(
+    model_overrides=dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128),
+    max_length=32, corpus_max_words=20_000, corpus_sources=["moby_dick"], instances=(1, 2),
+    retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
+    mlm=dict(max_steps=20, lr=1e-3, batch_size=16),
+    finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=800, max_eval_examples=200, min_steps=1,
+                  consistency_weight=0.0),
+    seeds=2, throughput=dict(batch_size=64, seq_length=32, num_batches=5, trials=2),
+)
+
+
+# --------------------------------------------------------------------------- muxplm bench reproduce
+
+_TINY_2L = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512)
+
+# `muxplm bench reproduce --preset NAME`. Every model of a run shares the same budget; MiniLM rows use the same steps at the
+# warm-start learning rates. ``quick``: <= 30 min on the 2-core CPU machine; ``full``: the tiny
+# preset, <= 3 h there; ``gpu``: the small preset (L4/H512), about 20 min on one H100.
+REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
+    "quick": dict(
+        preset="tiny", model_overrides=_TINY_2L, max_length=32, corpus_max_words=60_000, corpus_sources=None,
+        retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
+        pretrain=dict(max_steps=50, lr=1e-3, batch_size=16, retrieval_loss_weight=0.2),
+        finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=640, max_eval_examples=200),
+        warm=dict(retrieval_steps=10, pretrain_steps=10, lr=1e-4, finetune_lr=5e-5, max_train_examples=320),
+        seeds=3, ensemble_models=["mux-bert-2"], mixed_precision="no", device="cpu",
+        throughput=dict(batch_size=128, seq_length=32, batches=2, trials=3, warmup=1, clock="process",
+                        dtype="float32"),
+    ),
+    # ``full`` is the demo's proven tiny recipe (see muxplm.training.demo) applied to every row;
+    # measured wall seconds per step of 32 x 48 tokens on the idle 2-core machine: N=1 MLM 0.42,
+    # fine-tune 0.33; N=2 priming 0.72, MLM with the auxiliary retrieval loss 1.04, fine-tune 0.17.
+    # Priming (issue 9's curves, benchmarks/results/curves/priming): the unbinding demux, 32 groups
+    # a step (batch = 32 x N instances), the in-batch softmax and 32-token blocks take held-out
+    # retrieval accuracy at N = 10 from 10 % to 59 % in 300 steps; 400 steps here.
+    "full": dict(
+        preset="tiny", model_overrides={"retrieval_softmax": "in_batch"}, max_length=48, corpus_max_words=400_000,
+        corpus_sources=None,
+        retrieval=dict(max_steps=400, lr=1e-3, batch_groups=32, max_length=32),
+        pretrain=dict(max_steps=250, lr=5e-4, batch_size=32, retrieval_loss_weight=0.2),
+        # Fine-tuning lengths are set per task here: no minimum number of steps (min_steps=1).
+        # Composition consistency (the tiny recipe's default since) is off: the committed results
+        # were made without it; benchmarks/results/curves/consistency measures it on these rows.
+        # Every row, N = 1 included, fine-tunes the same 20 epochs: the longest any MUX row needs
+        # (below), so that no baseline is compared with rows trained longer than itself.
+        finetune=dict(num_epochs=20.0, min_steps=1, lr=2e-4, batch_size=32, max_train_examples=4000,
+                      max_eval_examples=1000, consistency_weight=0.0),
+        # MUX models leave chance on the sentence tasks later than N=1 (measured: N=2 sentiment
+        # loss still 0.69 after 250 steps, while N=1 learns from step ~100), so the sentence tasks
+        # use all their training data (8607 / 4843 examples). NER: WNUT-16 entities are rare;
+        # 2 epochs at 2e-4 predict none (F1 0 for every row), 10 epochs at 1e-3 reach F1 22.7
+        # with the BERT row (the earlier probe).
+        # Sentence heads pool each instance's tokens (the first position holds the same [CLS] for
+        # every multiplexed instance; benchmarks/results/curves/pooling).
+        task_finetune=dict(sentiment=dict(max_train_examples=None, sentence_pooling="mean"),
+                           trec=dict(max_train_examples=None, sentence_pooling="mean"),
+                           ner=dict(lr=1e-3)),
+        # The 20 epochs: sentence heads of MUX models leave chance only with long fine-tuning (N = 5
+        # sentiment: 2 epochs 56 %, 10 epochs 73 % at step 1000 and rising; curves/pooling), token
+        # heads too (N = 10 pos 70.6 with 2 epochs, 89.2 with 20; curves/token-epochs).
+        warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
+        seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
+        mixed_precision="no", device="cpu",
+        throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
+                        dtype="float32"),
+    ),
+    # Conversion of the pretrained MiniLM (issue 10; benchmarks/results/curves/convert): every row
+    # fine-tunes 2,000 examples per task for 20 epochs with the head at 2e-4 and the encoder at 5e-5
+    # (the same for every row: benchmarks/results/convert-stack20 shows that longer fine-tuning lifts
+    # the plain and cut rows as much as the multiplexed ones).
+    "convert": dict(
+        preset="tiny", model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None,
+        retrieval=dict(), pretrain=dict(),
+        convert=dict(),  # the conversion recipe (CONVERT_RECIPE above) unchanged
+        finetune=dict(num_epochs=20.0, min_steps=1, lr=2e-4, encoder_lr=5e-5, batch_size=32, max_train_examples=2000,
+                      max_eval_examples=1000, sentence_pooling="mean"),
+        # The encoder at 1e-4 for sentence tasks too: a converted encoder must adapt further than
+        # a plain one (N = 2 trec 87.0 vs 80.3 at 5e-5, sentiment 81.6 vs 79.3; curves/convert-finetune).
+        task_finetune=dict(ner=dict(lr=5e-4, encoder_lr=1e-4), sentiment=dict(encoder_lr=1e-4),
+                           trec=dict(encoder_lr=1e-4)),
+        warm=dict(finetune_lr=None, max_train_examples=None),  # every row is warm: the finetune section rules
+        seeds=5, ensemble_models=[], mixed_precision="no", device="cpu",
+        throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
+                        dtype="float32"),
+    ),
+    "gpu": dict(
+        preset="small", model_overrides={}, max_length=128, corpus_max_words=None, corpus_sources=None,
+        retrieval=dict(max_steps=300, lr=1e-4, batch_size=128),
+        pretrain=dict(max_steps=1200, lr=5e-4, batch_size=128, retrieval_loss_weight=0.2),
+        finetune=dict(num_epochs=2.0, lr=1e-4, batch_size=64, max_train_examples=20_000, max_eval_examples=None),
+        warm=dict(retrieval_steps=200, pretrain_steps=400, lr=1e-4, finetune_lr=5e-5, max_train_examples=20_000),
+        seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
+        mixed_precision="bf16", device="cuda",
+        throughput=dict(batch_size=128, seq_length=128, batches=200, trials=3, warmup=3, clock="wall",
+                        dtype="bfloat16"),
+    ),
+}
+
+
+RECIPES: dict[str, Any] = {
+    "stages/paper": PAPER_RECIPE,
+    "stages/tiny": TINY_RECIPE,
+    "convert": CONVERT_RECIPE,
+    "convert/gpu": GPU_CONVERT_RECIPE,
+    "demo": DEMO_FULL,
+    "demo/quick": DEMO_QUICK,
+    **{f"reproduce/{name}": preset for name, preset in REPRODUCTION_PRESETS.items()},
+}
+
+
+def get_recipe(name: str) -> Any:
+    """A copy of the recipe ``name`` (see ``RECIPES``), free to change."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
+    return copy.deepcopy(RECIPES[name])
