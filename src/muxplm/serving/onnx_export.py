@@ -231,10 +231,12 @@ class OnnxPredictor(Predictor):
     def run(self, encoded, *, ensemble: bool = False) -> list[torch.Tensor]:
         batch = self.collate(encoded)
         if ensemble and self.num_instances > 1:
+            # The model's own copy layout (plan.group, fillers all-masked, as its forward makes it),
+            # run by the graph; the copies' logits averaged as the model averages them.
             plan = plan_groups(len(encoded), self.num_instances, ensemble=True)
-            real = plan.is_real[:, None].to(batch["input_ids"].dtype)
-            feeds = graph_feeds(self.session, {k: v.cpu()[plan.order] * real for k, v in batch.items()})
-            slots = torch.from_numpy(self.session.run(None, feeds)[0])
+            slotted = {key: plan.group(value.cpu()) for key, value in batch.items()}
+            slotted["input_ids"] = plan.group(batch["input_ids"].cpu(), fill_value=self.model.config.pad_token_id or 0)
+            slots = torch.from_numpy(self.session.run(None, graph_feeds(self.session, slotted))[0])
             logits = plan.reduce_copies(slots[plan.slot_of])
         else:
             logits = torch.from_numpy(self.session.run(None, graph_feeds(self.session, batch))[0])
