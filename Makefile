@@ -6,7 +6,7 @@ PYTHON ?= python
 test:
 	$(PYTHON) -m pytest tests
 
-# All three stages (retrieval priming -> MLM -> fine-tuning) on the tiny preset, N=1 vs N=2.
+# All three stages (retrieval priming -> MLM -> fine-tuning) on the tiny preset, N=1 vs N=2 vs N=5.
 demo:
 	$(PYTHON) -m muxplm.cli demo --output-dir runs/demo
 

@@ -77,7 +77,7 @@ def register(subparsers) -> None:
     evaluate.add_argument("--output", help="results JSON (default: CHECKPOINT/eval_results.json)")
     evaluate.set_defaults(func=_evaluate)
 
-    demo = subparsers.add_parser("demo", help="all three stages on the tiny preset, N=1 vs N=2, on CPU")
+    demo = subparsers.add_parser("demo", help="all three stages on the tiny preset, N=1 vs N=2 vs N=5 (--quick: N=1 vs N=2), on CPU")
     demo.add_argument("--quick", action="store_true", help="a one-minute version (what the tests run)")
     demo.add_argument("--output-dir", default="runs/demo")
     demo.add_argument("--seed", type=int, default=0)
