@@ -81,7 +81,8 @@ GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
 
 # --------------------------------------------------------------------------- muxplm demo
 
-# `muxplm demo`: the tiny preset on the CPU; the full demo needs <= 20 minutes on 2 cores, --quick about one.
+# `muxplm demo`: the tiny preset on the CPU; the full demo needs about 35 minutes on 2 idle cores
+# (most of it the N = 1 fine-tuning), --quick about one.
 # Priming as in the tiny training recipe (unbinding demux, 32 groups a step of 32-token blocks,
 # in-batch softmax; benchmarks/results/curves/priming); MUX pre-training keeps the auxiliary
 # retrieval loss (r = 0.2): without it the short MLM stage undid the priming and fine-tuning
@@ -91,8 +92,8 @@ DEMO_FULL = dict(
     retrieval=dict(max_steps=200, lr=1e-3, batch_groups=32, max_length=32, retrieval_softmax="in_batch"),
     mlm=dict(max_steps=150, lr=5e-4, batch_size=32),
     # Without the recipe's composition consistency: it doubles the cost of a MUX fine-tuning
-    # step (+9 min here) and the demo must fit 20 minutes; it is worth a point of accuracy and
-    # 8-10 points fewer predictions changed by the composition (docs/training.md).
+    # step (+9 min here); it is worth a point of accuracy and 8-10 points fewer predictions
+    # changed by the composition (docs/training.md).
     # Every row fine-tunes the same 8 epochs: the N = 5 head needs them to leave chance, and the
     # N = 1 baseline gets as much training as the rows it is compared with.
     finetune=dict(num_epochs=8.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None,
