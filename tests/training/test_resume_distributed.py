@@ -17,6 +17,8 @@ from training_utils import micro_flags, read_log, run_cli
 
 from muxplm.training import checkpoint as ckpt
 
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
 MLM = ["pretrain", "--stage", "mlm", "--preset", "tiny", "--num-instances", "2", "--seed", "7"]
 # Two gloo processes on the CPU wherever the suite runs (a one-GPU machine cannot hold two ranks).
 CPU_PROCESSES = {"OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -81,8 +83,6 @@ def write_json(path, payload):
     return real_json(path, payload)
 torch.save, os.replace, ckpt.write_json_atomic = save, replace, write_json
 from muxplm.cli import main
-
-pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
 sys.exit(main(argv))
 """
 
