@@ -143,6 +143,28 @@ def equal20_plan() -> list[Row]:
     return [dataclasses.replace(row, tasks=sentence) for row in rows]
 
 
+def data8k_plan() -> list[Row]:
+    """More labelled data at the same fine-tuning compute (sentiment): 8,000 examples for 5
+    epochs against the 2,000 x 20 epochs of the equal20 / stack20 rows, for the 1- and 2-layer
+    cuts and the N = 2 K = 0 conversion (equal20's progressive one, read from its runs folder)."""
+    more = {"num_epochs": "5", "max_train_examples": "8000"}
+    rows = [Row(f"minilm-cut{k}-8k", keep=k, finetune=more) for k in (1, 2)]
+    rows.append(Row("n2-prog5-k0-400-8k", 2, 0, steps=400, convert_from="n2-prog5-k0-400-ep20", finetune=more))
+    return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
+
+
+def mpnet_plan() -> list[Row]:
+    """MPNet-base (``--encoder`` the fetched all-mpnet-base-v2, 12 layers) sized for two CPU
+    cores: plain, cut to 6 and 4 layers, and `muxplm convert`'s recipe (K = 3) at N = 2 and 5
+    with 100 priming steps (N = 5: 16 groups a step); every row fine-tuned 4 epochs on 600
+    examples, scored on 500, the encoder at 5e-5 (a base model)."""
+    small = {"num_epochs": "4", "max_train_examples": "600", "max_eval_examples": "500", "encoder_lr": "5e-5"}
+    rows = [Row("mpnet", finetune=small)] + [Row(f"mpnet-cut{k}", keep=k, finetune=small) for k in (6, 4)]
+    rows += [Row("mpnet-n2-k3", 2, 3, steps=100, recipe=True, finetune=small),
+             Row("mpnet-n5-k3", 5, 3, steps=100, recipe=True, convert={"batch_groups": "16"}, finetune=small)]
+    return [dataclasses.replace(row, int8=False) for row in rows]
+
+
 def smoke_plan() -> list[Row]:
     return [Row("minilm"), Row("n2-k0-distill-4", 2, 0, steps=4, distill=0.5),
             Row("n2-cut3-k1-4", 2, 1, keep=3, steps=4)]
@@ -150,7 +172,7 @@ def smoke_plan() -> list[Row]:
 
 PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan, "smoke": smoke_plan,
          "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan,
-         "stack20": stack20_plan, "equal20": equal20_plan}
+         "stack20": stack20_plan, "equal20": equal20_plan, "data8k": data8k_plan, "mpnet": mpnet_plan}
 CONVERT = dict(batch_groups="64", lr="5e-4", encoder_lr="1e-4", warmup_ratio="0.1", max_length="32")
 
 
