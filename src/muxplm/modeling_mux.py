@@ -435,24 +435,19 @@ class MuxPreTrainedModel(PreTrainedModel):
         return loaded
 
     @classmethod
-    def from_encoder(cls, path: str | os.PathLike, keep_layers: int | None = None, **config_overrides):
-        """Warm-start from a plain checkpoint directory of this family (``plain_model_types``):
-        its embedding and encoder weights are copied, the mux/demux modules and heads start
-        fresh (a retrieval head's decoder from the word embeddings).
-
-        ``keep_layers`` keeps only the plain encoder's first k layers (a cut encoder);
-        ``config_overrides`` (e.g. ``num_instances=2, num_labels=3``) are applied on top of
-        the plain config.
-        """
-        plain_config = AutoConfig.from_pretrained(path)
+    def config_from_encoder(cls, plain_config, keep_layers: int | None = None, source: str | os.PathLike = "the encoder",
+                            **config_overrides):
+        """The MUX config that :meth:`from_encoder` builds from a plain checkpoint's config of this
+        family: its settings under this family's field names, ``keep_layers`` layers (default all),
+        then ``config_overrides``. Also for models of the same shape with random weights (timing)."""
         if plain_config.model_type not in cls.plain_model_types:
             raise ValueError(
-                f"{path} holds a {plain_config.model_type!r} model; {cls.__name__}.from_encoder needs a "
+                f"{source} holds a {plain_config.model_type!r} model; {cls.__name__}.from_encoder needs a "
                 f"plain {_one_of(cls.plain_model_types)} checkpoint"
             )
         layers = plain_config.num_hidden_layers
         if keep_layers is not None and not 1 <= keep_layers <= layers:
-            raise ValueError(f"keep_layers must lie in [1, {layers}] for the {layers}-layer encoder {path}, "
+            raise ValueError(f"keep_layers must lie in [1, {layers}] for the {layers}-layer encoder {source}, "
                              f"got {keep_layers}")
         settings = plain_config.to_dict()
         for key in ("model_type", "architectures", "transformers_version", "_name_or_path"):
@@ -464,7 +459,19 @@ class MuxPreTrainedModel(PreTrainedModel):
             settings.pop(alias, None)
         settings[field_of.get("num_hidden_layers", "num_hidden_layers")] = keep_layers or layers
         settings.update({field_of.get(key, key): value for key, value in config_overrides.items()})
-        model = cls(cls.config_class(**settings))
+        return cls.config_class(**settings)
+
+    @classmethod
+    def from_encoder(cls, path: str | os.PathLike, keep_layers: int | None = None, **config_overrides):
+        """Warm-start from a plain checkpoint directory of this family (``plain_model_types``):
+        its embedding and encoder weights are copied, the mux/demux modules and heads start
+        fresh (a retrieval head's decoder from the word embeddings).
+
+        ``keep_layers`` keeps only the plain encoder's first k layers (a cut encoder);
+        ``config_overrides`` (e.g. ``num_instances=2, num_labels=3``) are applied on top of
+        the plain config.
+        """
+        model = cls(cls.config_from_encoder(AutoConfig.from_pretrained(path), keep_layers, path, **config_overrides))
         target = model.base_model
         plain = AutoModel.from_pretrained(path)
         # A cut encoder: the plain stack (found where the MUX model keeps its own) loses its last layers.

@@ -1,0 +1,67 @@
+"""benchmarks/experiments/pareto.py on any encoder family: shapes built from the encoder's own
+config, the plain row found by its shape, and rows scored on the sentence tasks only judged on them."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from muxplm import MuxDistilBertForSequenceClassification
+
+from family_testing import save_plain
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "pareto.py"
+
+
+@pytest.fixture(scope="module")
+def pareto():
+    spec = importlib.util.spec_from_file_location("pareto_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def entry(row, task, mean, num_instances=1, unmuxed=0, keep=None):
+    return dict(row=row, task=task, precision="fp32", num_instances=num_instances, unmuxed=unmuxed, keep=keep,
+                metric="accuracy", mean=mean, std=0.5 if num_instances > 1 else 0.0,
+                changed=0.1 if num_instances > 1 else None)
+
+
+def test_a_shape_of_another_family_is_built_from_its_config(pareto, tmp_path):
+    save_plain("distilbert", tmp_path / "plain", max_position_embeddings=64)
+    model = pareto.build_model(str(tmp_path / "plain"), num_instances=2, unmuxed=1, layers=2)
+    assert isinstance(model, MuxDistilBertForSequenceClassification)
+    assert (model.config.num_hidden_layers, model.config.num_instances, model.config.num_unmuxed_layers) == (2, 2, 1)
+    assert len(model.base_model.encoder_layers()) == 2
+    with pytest.raises(ValueError, match=r"keep_layers must lie in \[1, 3\]"):
+        pareto.build_model(str(tmp_path / "plain"), num_instances=1, unmuxed=0, layers=5)
+
+
+def test_sentence_only_rows_are_timed_and_judged_against_the_plain_row(pareto, tmp_path):
+    save_plain("mpnet", tmp_path / "plain", max_position_embeddings=64)
+    rows = [entry("plain", "sentiment", 90.0), entry("plain", "trec", 80.0),
+            entry("plain-cut2", "sentiment", 88.0, keep=2), entry("plain-cut2", "trec", 78.0, keep=2),
+            entry("plain-n2-k1", "sentiment", 85.0, 2, 1), entry("plain-n2-k1", "trec", 75.0, 2, 1)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert pareto.main(["--rows", str(tmp_path / "rows.jsonl"), "--out", str(out), "--encoder", str(tmp_path / "plain"),
+                        "--precisions", "fp32", "--trials", "1", "--batches", "1", "--name", "TinyMPNet"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["speeds"]) == {"N1-K0-L3", "N1-K0-L2", "N2-K1-L3"}
+    assert all(set(speed) == {"fp32"} for speed in results["speeds"].values())
+    plain, mux = results["rows"]["plain"], results["rows"]["plain-n2-k1"]
+    assert plain["speedup"] == 1.0 and mux["baseline_used"] == "plain"
+    assert mux["retention"] == {"sentence_avg": pytest.approx(80.0 / 85.0)}
+    assert mux["token_avg"] is None and "token_avg" not in mux["retention"]
+    # judged on the sentence tasks it was scored on: retention 94.1 % misses N = 2's 97 %
+    [verdict] = [line for line in results["checks"] if "plain-n2-k1" in line]
+    assert verdict.startswith("MISSED") and "94.1 / -" in verdict and "token tasks not scored" in verdict
+    assert (out / "pareto.png").stat().st_size > 0 and results["encoder"] == "TinyMPNet"
+
+
+def test_the_plain_row_must_be_unambiguous(pareto):
+    rows = [entry("a", "sentiment", 1.0), entry("b", "sentiment", 1.0), entry("c", "sentiment", 1.0, keep=2)]
+    with pytest.raises(SystemExit, match="several rows of the whole plain encoder"):
+        pareto.base_row(rows)
+    assert pareto.base_row(rows[1:]) == "b"
