@@ -35,6 +35,12 @@ SPEED_TOLERANCE = 0.05
 # (N, minimum speed-up, sentence retention, token retention)
 TARGETS = [(2, 2.0, 0.97, 0.98), (5, 3.5, 0.94, 0.95)]
 PRECISIONS = ("fp32", "int8")
+# precision -> (runtime, quantize) in time_checkpoints. ONNX Runtime's fp32 rows take the PyTorch
+# fp32 scores (its logits match within 1e-4, checked at every export); its int8 graph (a
+# quantisation of its own) is timed only: no accuracy of it is measured here.
+TIMED = {"fp32": ("torch", "none"), "int8": ("torch", "int8"), "onnx-fp32": ("onnx", "none"),
+         "onnx-int8": ("onnx", "int8")}
+SCORED_AS = {"fp32": "fp32", "int8": "int8", "onnx-fp32": "fp32"}
 
 
 def shape_of(entry: dict, layers: int) -> tuple[int, int, int]:
@@ -65,12 +71,20 @@ def time_shapes(shapes, encoder: str, trials: int, batches: int, precisions=PREC
     torch.set_num_threads(1)
     torch.manual_seed(0)
     models = {f"N{n}-K{k}-L{layers}": build_model(encoder, n, k, layers) for n, k, layers in shapes}
-    quantize = tuple("none" if p == "fp32" else p for p in precisions)
-    timed = time_checkpoints(models, quantize=quantize, batch_size=128, seq_length=48, batches=batches,
-                             trials=trials, warmup=2, clock="process")
+    unknown = set(precisions) - set(TIMED)
+    if unknown:
+        raise SystemExit(f"pareto.py: unknown precision {', '.join(sorted(unknown))}; choose from {', '.join(TIMED)}")
+    runtimes = tuple(dict.fromkeys(TIMED[p][0] for p in precisions))
+    quantize = tuple(dict.fromkeys(TIMED[p][1] for p in precisions))
+    timed = time_checkpoints(models, quantize=quantize, runtimes=runtimes, batch_size=128, seq_length=48,
+                             batches=batches, trials=trials, warmup=2, clock="process")
     speeds = {}
     for (n, k, layers), label in zip(shapes, models):
-        speeds[(n, k, layers)] = {p: timed[label if p == "fp32" else f"{label} {p}"]["samples_per_s"] for p in precisions}
+        speeds[(n, k, layers)] = {}
+        for precision in precisions:
+            runtime, choice = TIMED[precision]
+            name = " ".join([label] + (["onnx"] if runtime == "onnx" else []) + ([choice] if choice != "none" else []))
+            speeds[(n, k, layers)][precision] = timed[name]["samples_per_s"]
     return speeds
 
 
@@ -86,9 +100,13 @@ def base_row(entries: list[dict]) -> str:
 
 def summarize(entries: list[dict], speeds: dict, layers: int, base_name: str) -> dict[str, dict]:
     rows: dict[str, dict] = {}
+    timed = set.intersection(*(set(v) for v in speeds.values()))
+    # every scored precision that was timed: PyTorch's rows, and ONNX Runtime's fp32 rows on PyTorch's fp32 scores
+    entries = [dict(e, precision=precision) for e in entries for precision, scored in SCORED_AS.items()
+               if scored == e.get("precision", "fp32") and precision in timed]
     for e in entries:
-        key = e["row"] + (" int8" if e.get("precision") == "int8" else "")
-        row = rows.setdefault(key, dict(label=key, grid_row=e["row"], precision=e.get("precision", "fp32"),
+        key = e["row"] + {"fp32": "", "int8": " int8", "onnx-fp32": " onnx"}[e["precision"]]
+        row = rows.setdefault(key, dict(label=key, grid_row=e["row"], precision=e["precision"],
                                         num_instances=e["num_instances"], unmuxed_layers=e["unmuxed"],
                                         layers=e["keep"] or layers, scores={}, baseline_used=base_name))
         row["scores"][e["task"]] = dict(mean=e["mean"], std=e["std"], metric=e["metric"],
@@ -174,6 +192,17 @@ def table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def speed_table(speeds: dict, base_shape: tuple) -> str:
+    """Every timed shape's speed-up over the plain encoder in PyTorch fp32, per precision (ONNX
+    Runtime's int8 too, which no row scores)."""
+    precisions = list(next(iter(speeds.values())))
+    lines = ["| shape (N, unmuxed, layers) | " + " | ".join(precisions) + " |", "|" + "---|" * (len(precisions) + 1)]
+    base = speeds[base_shape]["fp32"]
+    for (n, k, layers), speed in sorted(speeds.items(), key=lambda item: item[1]["fp32"]):
+        lines.append(f"| N{n}-K{k}-L{layers} | " + " | ".join(f"{speed[p] / base:.2f}x" for p in precisions) + " |")
+    return "\n".join(lines)
+
+
 def plot(rows: dict[str, dict], path: Path, name: str = "MiniLM") -> None:
     import matplotlib
 
@@ -185,9 +214,11 @@ def plot(rows: dict[str, dict], path: Path, name: str = "MiniLM") -> None:
     groups = [g for g in ("sentence", "token") if any(r[f"{g}_avg"] is not None for r in rows.values())]
     fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), 5.5), squeeze=False)
     for ax, group in zip(axes[0], groups):
-        for precision, style in (("fp32", "-"), ("int8", "--")):
+        for precision, style in (("fp32", "-"), ("int8", "--"), ("onnx-fp32", ":")):
             cut = sorted((r for r in rows.values() if r["num_instances"] == 1 and r["precision"] == precision),
                          key=lambda r: r["speedup"])
+            if not cut:
+                continue
             ax.plot([r["speedup"] for r in cut], [r[f"{group}_avg"] for r in cut], style, color="grey", lw=1,
                     label=f"plain {name} and its cuts ({precision})")
         for r in rows.values():
@@ -195,9 +226,10 @@ def plot(rows: dict[str, dict], path: Path, name: str = "MiniLM") -> None:
                 continue
             hollow = r["precision"] == "int8"
             marker = "o" if r["num_instances"] == 1 else ("s" if r["layers"] < layers else "D")
+            marker = "^" if r["precision"] == "onnx-fp32" else marker
             ax.scatter(r["speedup"], r[f"{group}_avg"], marker=marker, s=40, color=colors[r["num_instances"]],
                        facecolors="none" if hollow else colors[r["num_instances"]])
-            if not hollow:
+            if r["precision"] == "fp32":
                 ax.annotate(r["grid_row"], (r["speedup"], r[f"{group}_avg"]), fontsize=7, xytext=(3, 3),
                             textcoords="offset points")
         ax.set_xscale("log")
@@ -222,7 +254,8 @@ def main(argv=None) -> int:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--batches", type=int, default=3)
     parser.add_argument("--timing-from", help="take the speeds from this results.json instead of timing again")
-    parser.add_argument("--precisions", default=",".join(PRECISIONS), help="the precisions to time (fp32,int8)")
+    parser.add_argument("--precisions", default=",".join(PRECISIONS),
+                        help=f"the precisions to time, from {','.join(TIMED)} (default: fp32,int8)")
     parser.add_argument("--base", help="the plain encoder's row (default: the one N = 1 row that keeps every layer)")
     parser.add_argument("--name", help="the encoder's name in the plot (default: MiniLM, or the --encoder folder's)")
     args = parser.parse_args(argv)
@@ -256,9 +289,11 @@ def main(argv=None) -> int:
                                batches=args.batches, weights="random, same shapes"), source=args.rows,
                    encoder=args.name)
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "table.md").write_text(table(rows) + "\n")
+    speeds_md = speed_table(speeds, (1, 0, layers))
+    (out / "table.md").write_text(table(rows) + "\n\nSpeed-up of every timed shape over the plain encoder (PyTorch "
+                                  "fp32):\n\n" + speeds_md + "\n")
     plot(rows, out / "pareto.png", args.name)
-    print(table(rows), "", *verdicts, sep="\n")
+    print(table(rows), "", speeds_md, "", *verdicts, sep="\n")
     return 0
 
 

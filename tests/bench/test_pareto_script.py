@@ -46,16 +46,23 @@ def test_sentence_only_rows_are_timed_and_judged_against_the_plain_row(pareto, t
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
     assert pareto.main(["--rows", str(tmp_path / "rows.jsonl"), "--out", str(out), "--encoder", str(tmp_path / "plain"),
-                        "--precisions", "fp32", "--trials", "1", "--batches", "1", "--name", "TinyMPNet"]) == 0
+                        "--precisions", "fp32,onnx-fp32,onnx-int8", "--trials", "1", "--batches", "1",
+                        "--name", "TinyMPNet"]) == 0
     results = json.loads((out / "results.json").read_text())
     assert set(results["speeds"]) == {"N1-K0-L3", "N1-K0-L2", "N2-K1-L3"}
-    assert all(set(speed) == {"fp32"} for speed in results["speeds"].values())
+    assert all(set(speed) == {"fp32", "onnx-fp32", "onnx-int8"} for speed in results["speeds"].values())
+    # ONNX Runtime's fp32 rows carry PyTorch's fp32 scores; its int8 graph is timed, not scored
+    assert results["rows"]["plain-n2-k1 onnx"]["scores"] == results["rows"]["plain-n2-k1"]["scores"]
+    assert {r["precision"] for r in results["rows"].values()} == {"fp32", "onnx-fp32"}
+    onnx_mux = results["rows"]["plain-n2-k1 onnx"]
+    assert onnx_mux["speedup"] == pytest.approx(results["speeds"]["N2-K1-L3"]["onnx-fp32"] / results["speeds"]["N1-K0-L3"]["fp32"])
+    assert "onnx-int8" in (out / "table.md").read_text()
     plain, mux = results["rows"]["plain"], results["rows"]["plain-n2-k1"]
     assert plain["speedup"] == 1.0 and mux["baseline_used"] == "plain"
     assert mux["retention"] == {"sentence_avg": pytest.approx(80.0 / 85.0)}
     assert mux["token_avg"] is None and "token_avg" not in mux["retention"]
     # judged on the sentence tasks it was scored on: retention 94.1 % misses N = 2's 97 %
-    [verdict] = [line for line in results["checks"] if "plain-n2-k1" in line]
+    [verdict] = [line for line in results["checks"] if "plain-n2-k1:" in line]
     assert verdict.startswith("MISSED") and "94.1 / -" in verdict and "token tasks not scored" in verdict
     assert (out / "pareto.png").stat().st_size > 0 and results["encoder"] == "TinyMPNet"
 

@@ -234,7 +234,7 @@ def test_bench_throughput_refuses_a_checkpoint_that_is_not_a_classifier(checkpoi
     assert main(["bench", "throughput", "--model", str(checkpoint_dirs[1]), "--heads", "token"]) == 2
     assert "--heads pick models of the grid" in capsys.readouterr().err
     assert main(["bench", "throughput", "--sizes", "tiny", "--quantize", "int8"]) == 2
-    assert "--quantize goes with --model" in capsys.readouterr().err
+    assert "--quantize and --runtime go with --model" in capsys.readouterr().err
 
 
 def test_time_checkpoints_takes_loaded_models_and_refuses_int8_off_the_cpu(checkpoint_dirs):
@@ -249,3 +249,41 @@ def test_time_checkpoints_takes_loaded_models_and_refuses_int8_off_the_cpu(check
         time_checkpoints({"mine": model}, quantize=("none", "int8"), device="cuda")
     with pytest.raises(ValueError, match="distinct"):
         time_checkpoints({"mine": model}, quantize=("int8", "int8"))
+
+
+def test_bench_throughput_times_checkpoints_in_onnx_runtime_beside_pytorch(checkpoint_dirs, tmp_path, capsys):
+    from muxplm.cli import main
+
+    out = tmp_path / "onnx.json"
+    code = main(["bench", "throughput", "--model", str(checkpoint_dirs[1]), "--model", str(checkpoint_dirs[2]),
+                 "--runtime", "torch,onnx", "--quantize", "none,int8", "--batch-size", "5", "--seq-len", "8",
+                 "--batches", "1", "--trials", "1", "--warmup", "1", "--device", "cpu", "--output", str(out)])
+    assert code == 0
+    report = json.loads(out.read_text())
+    rows = {r["label"]: r for r in report["results"]}
+    assert list(rows)[:4] == ["n1/3-sentiment", "n1/3-sentiment int8", "n1/3-sentiment onnx",
+                              "n1/3-sentiment onnx int8"]
+    assert len(rows) == 8 and report["settings"]["runtimes"] == ["torch", "onnx"]
+    assert [(r["runtime"], r["precision"]) for r in report["results"][4:]] == [
+        ("torch", "fp32"), ("torch", "int8"), ("onnx", "fp32"), ("onnx", "int8")]
+    assert all(r["samples_per_s"] > 0 for r in rows.values())
+    assert "n2/3-sentiment onnx int8" in capsys.readouterr().out
+    assert main(["bench", "throughput", "--model", str(checkpoint_dirs[1]), "--runtime", "jax"]) == 2
+    assert "runtimes must list distinct choices of torch, onnx" in capsys.readouterr().err
+    assert main(["bench", "throughput", "--sizes", "tiny", "--runtime", "onnx"]) == 2
+    assert "--quantize and --runtime go with --model" in capsys.readouterr().err
+
+
+def test_an_onnx_runtime_classifier_gives_the_pytorch_logits(checkpoint_dirs, tmp_path):
+    from muxplm.serving.onnx_export import OnnxRuntimeClassifier, export_graph
+    from muxplm.timing import random_inputs
+    from muxplm.training import load_classifier
+
+    model = load_classifier(checkpoint_dirs[2])[0].eval()
+    result = export_graph(model, tmp_path / "g.onnx")
+    assert result["max_abs_diff"] < 1e-4 and not list(tmp_path.glob(".*tmp"))  # staged, then renamed
+    inputs = random_inputs(7, 9, "cpu", vocab_size=model.config.vocab_size)  # 7: not a multiple of N = 2
+    with torch.no_grad():
+        expected = model(**inputs).logits
+    got = OnnxRuntimeClassifier(result["path"], model.config, threads=1)(**inputs)
+    torch.testing.assert_close(torch.from_numpy(got), expected, atol=1e-4, rtol=1e-4)

@@ -38,7 +38,7 @@ def register(subparsers) -> None:
         description="Paper protocol: batch x seq on the device, warm-up, then TRIALS trials of BATCHES "
         "mini-batches in inference mode, models timed round robin. Prints a table and the target checks; "
         "writes JSON (+ a PNG next to it) with --output. With --model: the given fine-tuned checkpoints "
-        "instead of the grid, side by side, each in every --quantize precision.",
+        "instead of the grid, side by side, each in every --runtime and --quantize precision.",
     )
     tp.add_argument("--model", dest="models", action="append", metavar="DIR",
                     help="a fine-tuned checkpoint to time instead of the grid (repeatable); speed-ups are over "
@@ -46,6 +46,9 @@ def register(subparsers) -> None:
     tp.add_argument("--quantize", type=_csv(), default=None,
                     help=f"with --model: comma list of precisions from {','.join(QUANTIZE_CHOICES)} to time every "
                     "model in, e.g. none,int8 (default: none; int8: CPU only)")
+    tp.add_argument("--runtime", dest="runtimes", type=_csv(), default=None,
+                    help="with --model: comma list of torch,onnx to time every model in (default: torch; onnx: its "
+                    "graph exported and checked against PyTorch, in ONNX Runtime on the CPU)")
     _add_model_grid(tp)
     tp.add_argument("--heads", type=_csv(), default=list(HEADS), help=f"subset of {','.join(HEADS)}")
     tp.add_argument("--variants", type=_csv(), default=["default"],
@@ -161,8 +164,9 @@ def _run_throughput(args) -> int:
 
     if args.models:
         return _time_checkpoints(args)
-    if args.quantize is not None:
-        raise ValueError("--quantize goes with --model; the grid's int8 models are chosen with --variants int8")
+    if args.quantize is not None or args.runtimes is not None:
+        raise ValueError("--quantize and --runtime go with --model; the grid's int8 models are chosen with "
+                         "--variants int8")
     specs, device = _grid(args, args.variants, not args.no_transformers)
     report = run_throughput(
         specs, args.heads, batch_size=args.batch_size, seq_len=args.seq_len, warmup=args.warmup,
@@ -193,13 +197,13 @@ def _time_checkpoints(args) -> int:
         raise ValueError(f"{', '.join(grid_flags)} pick models of the grid; --model times the given checkpoints instead")
     _set_threads(args)
     device = args.device or _default_device()
-    quantize = args.quantize or ["none"]
+    quantize, runtimes = args.quantize or ["none"], args.runtimes or ["torch"]
     settings = dict(batch_size=args.batch_size, seq_length=args.seq_len, batches=args.batches, trials=args.trials,
                     warmup=args.warmup, clock=args.clock, device=device, dtype=args.dtype)
-    results = time_checkpoints(checkpoint_labels(args.models), quantize=quantize, **settings)
+    results = time_checkpoints(checkpoint_labels(args.models), quantize=quantize, runtimes=runtimes, **settings)
     print(format_checkpoint_table(results))
     if args.output:
-        report = dict(environment=environment(device), settings=dict(settings, quantize=quantize),
+        report = dict(environment=environment(device), settings=dict(settings, quantize=quantize, runtimes=runtimes),
                       results=[dict(label=label, **row) for label, row in results.items()])
         _write_json(args.output, report)
         print(f"wrote {args.output}")

@@ -49,6 +49,8 @@ HEADS = ("sentence", "token")
 VARIANTS = ("default", "eager", "int8", "compile", "bfloat16", "float16")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PRECISION_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "int8"}
+# Where a checkpoint runs when timed: PyTorch eager, or its exported graph in ONNX Runtime (CPU).
+RUNTIMES = ("torch", "onnx")
 NUM_LABELS = {"sentence": 2, "token": 9}  # QQP-like pair classification, CoNLL-like NER tags
 BASELINE_TOLERANCE = 0.02  # the N=1 muxplm model must be within 2% of transformers.BertModel
 
@@ -369,6 +371,7 @@ def time_checkpoints(
     device: str | torch.device = "cpu",
     dtype: str = "float32",
     seed: int = 0,
+    runtimes: Sequence[str] = ("torch",),
 ) -> dict[str, dict[str, Any]]:
     """Inference samples/s of fine-tuned classifiers, all timed round robin on one random batch
     (:func:`muxplm.timing.side_by_side`, the timer and inputs of the benchmark and the
@@ -377,10 +380,16 @@ def time_checkpoints(
     ``models`` maps a label to a checkpoint directory or a loaded model; every model is put on
     ``device`` in ``dtype``. ``quantize`` lists the precisions to time each one in: ``"none"``
     (``dtype``) and ``"int8"`` (its int8 dynamically quantised copy, labelled ``"<label> int8"``;
-    CPU and float32 only). Returns ``{label: {"model", "precision", "checkpoint", "samples_per_s",
-    "std", "trials", "wall_samples_per_s", "cpu_samples_per_s", "speedup"}}``, models in the
-    order given, each one's precisions next to it; ``speedup`` is over the first entry.
-    Raises ``ValueError`` naming a directory that does not hold a fine-tuned classifier."""
+    CPU and float32 only). ``runtimes`` lists where each runs: ``"torch"`` (PyTorch eager) and
+    ``"onnx"`` (its graph exported by :func:`muxplm.serving.onnx_export.export_graph`, checked
+    against PyTorch, in ONNX Runtime with ``torch.get_num_threads()`` threads; int8: ONNX Runtime's
+    dynamic quantisation of that graph; CPU and float32 only), labelled ``"<label> onnx"`` and
+    ``"<label> onnx int8"``. Returns ``{label: {"model", "precision", "runtime", "checkpoint",
+    "samples_per_s", "std", "trials", "wall_samples_per_s", "cpu_samples_per_s", "speedup"}}``,
+    models in the order given, each one's variants next to it; ``speedup`` is over the first
+    entry. Raises ``ValueError`` naming a directory that does not hold a fine-tuned classifier."""
+    import tempfile
+
     from ..training.models import load_classifier
 
     quantize = [check_quantize(choice, device, dtype) for choice in quantize]  # int8 off the CPU: refused first
@@ -388,31 +397,44 @@ def time_checkpoints(
                              batches=batches)
     if not quantize or len(set(quantize)) != len(quantize):
         raise ValueError(f"quantize must list distinct choices of {', '.join(QUANTIZE_CHOICES)}, got {quantize}")
+    if not runtimes or len(set(runtimes)) != len(runtimes) or not set(runtimes) <= set(RUNTIMES):
+        raise ValueError(f"runtimes must list distinct choices of {', '.join(RUNTIMES)}, got {list(runtimes)}")
+    if "onnx" in runtimes and (device.type != "cpu" or dtype != "float32"):
+        raise ValueError(f"the onnx runtime is timed on the CPU in float32, not on {device} in {dtype}")
     if not models:
         raise ValueError("no model to time")
-    variants: dict[str, nn.Module] = {}
+    variants: dict[str, Any] = {}
     described: dict[str, dict[str, Any]] = {}
-    for label, model in models.items():
-        checkpoint = None
-        if not isinstance(model, nn.Module):
-            checkpoint = str(model)
-            try:
-                model = load_classifier(checkpoint)[0]
-            except ValueError as error:
-                raise ValueError(f"cannot time {checkpoint}: {error}") from None
-        model.eval()
-        for choice in quantize:
-            name = label if choice == "none" else f"{label} {choice}"
-            if name in variants:
-                raise ValueError(f"two models are labelled {name!r}")
-            # The int8 copy comes from the model as loaded (float32, CPU), before the move below.
-            variants[name] = quantize_dynamic_int8(model) if choice == "int8" else model
-            described[name] = dict(model=label, precision=PRECISION_NAMES[dtype if choice == "none" else choice],
-                                   checkpoint=checkpoint)
-        if "none" in quantize:
-            model.to(device=device, dtype=DTYPES[dtype])
-    measured = side_by_side(variants, batch_size=batch_size, seq_length=seq_length, batches=batches, trials=trials,
-                            device=device, clock=clock, warmup=warmup, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="muxplm-onnx-") as graphs:
+        for index, (label, model) in enumerate(models.items()):
+            checkpoint = None
+            if not isinstance(model, nn.Module):
+                checkpoint = str(model)
+                try:
+                    model = load_classifier(checkpoint)[0]
+                except ValueError as error:
+                    raise ValueError(f"cannot time {checkpoint}: {error}") from None
+            model.eval()
+            for runtime in runtimes:
+                if runtime == "onnx":  # exported from the model as loaded (float32, CPU), before the move below
+                    from ..serving.onnx_export import OnnxRuntimeClassifier, export_graph, int8_graph
+
+                    graph = export_graph(model, Path(graphs) / f"{index}.onnx")["path"]
+                for choice in quantize:
+                    name = " ".join([label] + (["onnx"] if runtime == "onnx" else []) + ([choice] if choice != "none" else []))
+                    if name in variants:
+                        raise ValueError(f"two models are labelled {name!r}")
+                    if runtime == "onnx":
+                        variants[name] = OnnxRuntimeClassifier(int8_graph(graph) if choice == "int8" else graph,
+                                                               model.config, threads=torch.get_num_threads())
+                    else:  # the int8 copy comes from the model as loaded (float32, CPU), before the move below
+                        variants[name] = quantize_dynamic_int8(model) if choice == "int8" else model
+                    described[name] = dict(model=label, precision=PRECISION_NAMES[dtype if choice == "none" else choice],
+                                           runtime=runtime, checkpoint=checkpoint)
+            if "none" in quantize and "torch" in runtimes:
+                model.to(device=device, dtype=DTYPES[dtype])
+        measured = side_by_side(variants, batch_size=batch_size, seq_length=seq_length, batches=batches, trials=trials,
+                                device=device, clock=clock, warmup=warmup, seed=seed)
     first = measured[next(iter(variants))]["samples_per_s"]
     return {name: dict(described[name], samples_per_s=m["samples_per_s"], std=m["std"], trials=m["trials"],
                        wall_samples_per_s=m["wall_samples_per_s"], cpu_samples_per_s=m["cpu_samples_per_s"],
@@ -421,12 +443,12 @@ def time_checkpoints(
 
 
 def format_checkpoint_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """A fixed-width table of :func:`time_checkpoints`' results, one line per model and precision."""
+    """A fixed-width table of :func:`time_checkpoints`' results, one line per model, runtime and precision."""
     width = max([24, *map(len, results)])
-    lines = [f"{'model':{width}s} {'precision':9s} {'samples/s':>10s} {'±':>7s} {'speed-up':>8s}"]
+    lines = [f"{'model':{width}s} {'runtime':7s} {'precision':9s} {'samples/s':>10s} {'±':>7s} {'speed-up':>8s}"]
     for label, row in results.items():
-        lines.append(f"{label:{width}s} {row['precision']:9s} {row['samples_per_s']:10.1f} {row['std']:7.1f} "
-                     f"{row['speedup']:7.2f}x")
+        lines.append(f"{label:{width}s} {row.get('runtime', 'torch'):7s} {row['precision']:9s} "
+                     f"{row['samples_per_s']:10.1f} {row['std']:7.1f} {row['speedup']:7.2f}x")
     return "\n".join(lines)
 
 

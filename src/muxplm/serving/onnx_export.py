@@ -70,35 +70,20 @@ def _example_inputs(batch: int, length: int, vocab_size: int):
     return ids, mask, types
 
 
-def export_onnx(
-    model_dir: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    *,
-    opset: int = 17,
-    check: bool = True,
-    example_batch: int | None = None,
-    example_length: int = 16,
-    quantize: str = "none",
-) -> dict:
-    """Export ``model_dir`` to ``out_dir/model.onnx`` (+ config.json and tokenizer files, and
-    ``muxplm_onnx.json`` recording the checkpoint's hash). The graph appears only whole and
-    checked: it is written under a temporary name and renamed after the parity check.
+def export_graph(model, path: str | os.PathLike, *, opset: int = 17, check: bool = True,
+                 example_batch: int | None = None, example_length: int = 16) -> dict:
+    """Export a loaded MUX classifier's forward (:class:`ExportableMuxClassifier`) to the ONNX
+    graph ``path``, batch and sequence axes dynamic. The graph appears only whole and checked:
+    it is written under a temporary name and renamed after the parity check.
 
     With ``check``, compares ONNX Runtime to PyTorch at a batch size other than the example's
-    (not a multiple of N) and raises if they differ by more than 1e-4. ``quantize="int8"`` also
-    writes ``out_dir/model.int8.onnx``; with ``check`` its largest logit difference from PyTorch
-    is recorded (``int8_max_abs_diff``), not bounded: quantisation error depends on the model.
-    """
-    quantize = check_quantize(quantize)
-    predictor = Predictor.from_pretrained(model_dir)
-    model = predictor.model.eval()
+    (not a multiple of N) and raises if they differ by more than 1e-4 (``max_abs_diff``).
+    Returns ``{"path", "task", "num_instances"[, "max_abs_diff"]}``."""
+    model = model.eval()
     wrapper = ExportableMuxClassifier(model).eval()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "model.onnx"
-    # Written under a temporary name and renamed only once it passed the parity check: a failed
-    # export never leaves a graph that a later server would load.
-    staging = out / f".model.onnx.{os.getpid()}.tmp"
+    path = Path(path)
+    # A failed export never leaves a graph that a later server would load.
+    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     n = model.config.num_instances
     batch = example_batch or 2 * n + 1
     example = _example_inputs(batch, example_length, model.config.vocab_size)
@@ -110,12 +95,7 @@ def export_onnx(
             dynamic_axes={**dynamic, output_name: {0: "batch"} if wrapper.task == "sentence" else {0: "batch", 1: "sequence"}},
             opset_version=opset, dynamo=False,
         )
-    # Keep what a server needs next to the graph: the config (labels) and the tokenizer.
-    shutil.copy(Path(model_dir) / "config.json", out / "config.json")
-    for name in os.listdir(model_dir):
-        if name in TOKENIZER_FILES:
-            shutil.copy(Path(model_dir) / name, out / name)
-    result = {"path": str(path), "task": wrapper.task, "num_instances": n, "checkpoint": checkpoint_hash(model_dir)}
+    result = {"path": str(path), "task": wrapper.task, "num_instances": n}
     try:
         if check:
             result["max_abs_diff"] = check_parity(model, staging, batch=batch + n - 1 if n > 1 else batch + 2)
@@ -124,10 +104,42 @@ def export_onnx(
         os.replace(staging, path)
     finally:
         staging.unlink(missing_ok=True)
+    return result
+
+
+def export_onnx(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    opset: int = 17,
+    check: bool = True,
+    example_batch: int | None = None,
+    example_length: int = 16,
+    quantize: str = "none",
+) -> dict:
+    """Export ``model_dir`` to ``out_dir/model.onnx`` (:func:`export_graph`: whole and, with
+    ``check``, within 1e-4 of PyTorch), with config.json and tokenizer files beside it, and
+    ``muxplm_onnx.json`` recording the checkpoint's hash. ``quantize="int8"`` also writes
+    ``out_dir/model.int8.onnx``; with ``check`` its largest logit difference from PyTorch is
+    recorded (``int8_max_abs_diff``), not bounded: quantisation error depends on the model.
+    """
+    quantize = check_quantize(quantize)
+    model = Predictor.from_pretrained(model_dir).model.eval()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    result = export_graph(model, out / "model.onnx", opset=opset, check=check, example_batch=example_batch,
+                          example_length=example_length)
+    # Keep what a server needs next to the graph: the config (labels) and the tokenizer.
+    shutil.copy(Path(model_dir) / "config.json", out / "config.json")
+    for name in os.listdir(model_dir):
+        if name in TOKENIZER_FILES:
+            shutil.copy(Path(model_dir) / name, out / name)
+    result["checkpoint"] = checkpoint_hash(model_dir)
     if quantize == "int8":
-        result["int8_path"] = str(quantize_onnx_int8(path))
+        result["int8_path"] = str(quantize_onnx_int8(result["path"]))
         if check:
-            result["int8_max_abs_diff"] = check_parity(model, result["int8_path"], batch=batch + 1)
+            n = model.config.num_instances
+            result["int8_max_abs_diff"] = check_parity(model, result["int8_path"], batch=(example_batch or 2 * n + 1) + 1)
     (out / "muxplm_onnx.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -172,6 +184,18 @@ def graph_feeds(session, inputs: dict) -> dict:
     """The inputs (as numpy arrays) that the graph takes: the exporter drops an input the model
     never reads (``token_type_ids`` of DistilBERT and MPNet)."""
     return {arg.name: inputs[arg.name].cpu().numpy() for arg in session.get_inputs()}
+
+
+class OnnxRuntimeClassifier:
+    """An exported graph in an ONNX Runtime session, called like the PyTorch classifier it came
+    from (keyword tensors in, logits out) so that :mod:`muxplm.timing` times both alike."""
+
+    def __init__(self, path: str | os.PathLike, config, threads: int | None = None):
+        self.path, self.config = Path(path), config
+        self.session = onnx_session(path, threads)
+
+    def __call__(self, **inputs):
+        return self.session.run(None, graph_feeds(self.session, inputs))[0]
 
 
 def check_parity(model, path, *, batch: int, length: int = 23) -> float:
