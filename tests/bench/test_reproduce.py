@@ -8,7 +8,11 @@ import pytest
 from muxplm.bench.analysis import load_records
 from muxplm.training.evaluate import changed_fraction
 from muxplm.bench.reproduce import (
+    MODELS,
+    PAPER_MODELS,
+    _baseline_of,
     check_targets,
+    resolve_models,
     resolve_recipe,
     run_reproduction,
     summarize_results,
@@ -275,3 +279,28 @@ def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path)
     assert not _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
     (folder / "train_results.json").write_text("{}")  # trained before the code was recorded
     assert not _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
+
+
+def test_the_paper_group_names_every_system_at_every_n():
+    assert resolve_models(["paper"], "full") == PAPER_MODELS
+    assert resolve_models(["bert", "paper"], "full") == PAPER_MODELS  # each model once, in order
+    for family in ("mux-bert", "mux-electra", "tmux", "prefix", "contextual"):
+        assert {MODELS[f"{family}-{n}"].num_instances for n in (2, 5, 10)} == {2, 5, 10}
+    assert MODELS["contextual-5"].mux_type == "contextual" and MODELS["prefix-5"].demux_type == "prefix"
+    assert not MODELS["tmux-10"].pretrained and MODELS["prefix-10"].pretrained
+    assert resolve_models(None, "convert")[0] == "minilm"
+    with pytest.raises(ValueError, match="unknown model.*or a group \\(default, convert, paper\\)"):
+        resolve_models(["nope"], "full")
+
+
+def test_a_larger_size_trains_its_own_shape_against_its_own_baseline(tmp_path):
+    results = run_reproduction(tmp_path / "out", "quick", models=["bert-small", "mux-bert-small-2"], tasks=["sentiment"],
+                               seeds=2, overrides=MICRO, runs_dir=tmp_path / "runs", log=lambda *_: None)
+    for key in ("bert-small", "mux-bert-small-2"):
+        config = json.loads((tmp_path / "runs" / key / "3-sentiment" / "config.json").read_text())
+        # the small size, not the micro recipe's 1 x 32 override of the tiny one
+        assert (config["num_hidden_layers"], config["hidden_size"]) == (4, 512)
+    mux, plain = (results["evaluations"][k]["sentiment"]["summary"]["main"]["mean"] for k in ("mux-bert-small-2", "bert-small"))
+    assert results["rows"]["mux-bert-small-2"]["retention"]["sentiment"] == pytest.approx(mux / plain)
+    # never measured against the tiny BERT row when its own is missing
+    assert _baseline_of("mux-bert-small-2", {"bert": {}}) is None and _baseline_of("mux-bert-5", {"bert": {}}) == "bert"

@@ -120,7 +120,9 @@ def register(subparsers) -> None:
         preset.add_argument(f"--{name}", dest="preset", action="store_const", const=name, help=text)
     rp.add_argument("--output-dir", default="benchmarks/results/reproduce/run")
     rp.add_argument("--runs-dir", default=None, help="where the checkpoints go (default: OUTPUT_DIR/runs)")
-    rp.add_argument("--models", type=_csv(), default=None, help="comma list (default: all rows of Table 1)")
+    rp.add_argument("--models", type=_csv(), default=None,
+                    help="comma list of models or groups: paper (every system of the paper at N = 2 / 5 / 10 and "
+                    "the small size), default, convert (default: the preset's list)")
     rp.add_argument("--tasks", type=_csv(), default=None, help="comma list (default: sentiment,trec,pos,ner)")
     rp.add_argument("--seeds", type=int, default=None, help="composition seeds per evaluation (default: preset's)")
     rp.add_argument("--device", default=None, help="override the preset's device (cpu, cuda)")

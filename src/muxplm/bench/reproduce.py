@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..configuration import preset_kwargs
 from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
 from ..training.recipes import REPRODUCTION_PRESETS
@@ -52,6 +53,7 @@ class ModelRecipe:
     pretrained: bool = True
     converted: bool = False  # warm start through `muxplm convert` (muxplm.training.convert)
     unmuxed_layers: int | None = None  # partial multiplexing (None: the conversion recipe's)
+    size: str | None = None  # a size preset of its own (a row of the paper's larger models), else the recipe's
 
 
 MODELS = {
@@ -62,9 +64,11 @@ MODELS = {
     "tmux-2": ModelRecipe("T-MUX N=2", 2, "gaussian_hadamard", "prefix", pretrained=False),
     "tmux-5": ModelRecipe("T-MUX N=5", 5, "gaussian_hadamard", "prefix", pretrained=False),
     "electra": ModelRecipe("ELECTRA", 1, family="electra", baseline="electra"),
-    "mux-electra-2": ModelRecipe("MUX-ELECTRA N=2", 2, "gaussian_hadamard", "rsa", family="electra",
+    # The working recipe's unbinding demultiplexer for every pre-trained MUX row: the contextual
+    # row then differs from MUX-BERT by its multiplexer alone (the paper's ablation).
+    "mux-electra-2": ModelRecipe("MUX-ELECTRA N=2", 2, "gaussian_hadamard", "unbind", family="electra",
                                  baseline="electra"),
-    "contextual-2": ModelRecipe("MUX-BERT contextual N=2", 2, "contextual", "rsa"),
+    "contextual-2": ModelRecipe("MUX-BERT contextual N=2", 2, "contextual", "unbind"),
     "minilm": ModelRecipe("MiniLM (warm start)", 1, warm_start=True, baseline="minilm"),
     "mux-minilm-2": ModelRecipe("MUX-MiniLM N=2 (warm start)", 2, "gaussian_hadamard", "rsa", warm_start=True,
                                 baseline="minilm"),
@@ -89,9 +93,33 @@ MODELS.update({
                                           "unbind", warm_start=True, baseline="minilm", converted=True, unmuxed_layers=3)
     for n in (2, 5, 10)
 })
+# The rest of the paper's Table 1 and its ablations (section 5): T-MUX and MUX-ELECTRA up to
+# N = 10, the prefix demultiplexer and the contextual multiplexer in place of the defaults, and a
+# larger size (small; base for the GPU preset, whose own size is small) against its own N = 1 row.
+MODELS.update({f"tmux-{n}": ModelRecipe(f"T-MUX N={n}", n, "gaussian_hadamard", "prefix", pretrained=False)
+               for n in (10,)})
+MODELS.update({f"mux-electra-{n}": ModelRecipe(f"MUX-ELECTRA N={n}", n, "gaussian_hadamard", "unbind",
+                                                family="electra", baseline="electra") for n in (5, 10)})
+MODELS.update({f"contextual-{n}": ModelRecipe(f"MUX-BERT contextual N={n}", n, "contextual", "unbind")
+               for n in (5, 10)})
+MODELS.update({f"prefix-{n}": ModelRecipe(f"MUX-BERT prefix demux N={n}", n, "gaussian_hadamard", "prefix")
+               for n in (2, 5, 10)})
+MODELS.update({
+    f"bert-{size}": ModelRecipe(f"BERT ({size})", 1, size=size, baseline=f"bert-{size}") for size in ("small", "base")
+})
+MODELS.update({
+    f"mux-bert-{size}-2": ModelRecipe(f"MUX-BERT N=2 ({size})", 2, "gaussian_hadamard", "unbind", size=size,
+                                      baseline=f"bert-{size}") for size in ("small", "base")
+})
 CONVERT_MODELS = ["minilm", "convert-minilm-2", "convert-minilm-5", "convert-minilm-10"]
 DEFAULT_MODELS = ["bert", "mux-bert-2", "mux-bert-5", "mux-bert-10", "tmux-2", "tmux-5", "electra",
                   "mux-electra-2", "contextual-2", "minilm", "mux-minilm-2"]
+# Every system of the paper at N = 2 / 5 / 10 under one recipe (the larger size at N = 2).
+PAPER_MODELS = ["bert", "mux-bert-2", "mux-bert-5", "mux-bert-10", "electra", "mux-electra-2", "mux-electra-5",
+                "mux-electra-10", "tmux-2", "tmux-5", "tmux-10", "prefix-2", "prefix-5", "prefix-10",
+                "contextual-2", "contextual-5", "contextual-10", "bert-small", "mux-bert-small-2"]
+# Names that stand for a list of models in --models.
+MODEL_GROUPS = {"default": DEFAULT_MODELS, "convert": CONVERT_MODELS, "paper": PAPER_MODELS}
 DEFAULT_TASKS = ["sentiment", "trec", "pos", "ner"]
 SENTENCE_TASKS, TOKEN_TASKS = ("sentiment", "trec"), ("pos", "ner")
 
@@ -195,7 +223,10 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
                                           max_steps=warm["pretrain_steps"], batch_size=pretrain["batch_size"],
                                           retrieval_loss_weight=retrieval_weight))
         return str(folder / "2-pretrain"), log
-    fresh = dict(preset=recipe["preset"], model_overrides=dict(recipe["model_overrides"]), family=model.family)
+    overrides = dict(recipe["model_overrides"])
+    if model.size:  # its own size: the recipe's size overrides (the quick preset's 2 layers) do not apply
+        overrides = {k: v for k, v in overrides.items() if k not in preset_kwargs(model.size)}
+    fresh = dict(preset=model.size or recipe["preset"], model_overrides=overrides, family=model.family)
     if model.num_instances > 1:
         # The priming section may set its own (shorter) max_length: dicts merged, later wins.
         log["retrieval"] = _run(TrainConfig(**{**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
@@ -305,7 +336,8 @@ def _baseline_of(key: str, rows: dict) -> str | None:
     wanted = MODELS[key].baseline
     if wanted in rows:
         return wanted
-    return "bert" if "bert" in rows and not MODELS[key].warm_start else None
+    # another size or a warm start is compared with nothing rather than with the wrong BERT
+    return "bert" if "bert" in rows and not (MODELS[key].warm_start or MODELS[key].size) else None
 
 
 def check_targets(rows: dict[str, dict]) -> list[dict[str, Any]]:
@@ -413,17 +445,26 @@ def resolve_recipe(preset: str, overrides: dict[str, Any] | None = None) -> dict
     return recipe
 
 
+def resolve_models(models: list[str] | None, preset: str) -> list[str]:
+    """The model keys to run: the preset's default list, or the names given with the groups of
+    :data:`MODEL_GROUPS` (``paper``, ``default``, ``convert``) expanded, in order, once each."""
+    models = list(models or (CONVERT_MODELS if preset == "convert" else DEFAULT_MODELS))
+    models = list(dict.fromkeys(name for model in models for name in MODEL_GROUPS.get(model, [model])))
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise ValueError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)} or a group "
+                         f"({', '.join(MODEL_GROUPS)})")
+    return models
+
+
 def run_reproduction(output_dir: str | Path, preset: str = "quick", models: list[str] | None = None,
                      tasks: list[str] | None = None, seeds: int | None = None, device: str | None = None,
                      overrides: dict[str, Any] | None = None, encoder: str | None = None,
                      runs_dir: str | Path | None = None, progress: bool = False, log=print) -> dict[str, Any]:
     """Train, evaluate and time every model on every task; write and return the results.
     Checkpoints go to ``runs_dir`` (default ``output_dir/runs``)."""
-    models = list(models or (CONVERT_MODELS if preset == "convert" else DEFAULT_MODELS))
+    models = resolve_models(models, preset)
     tasks = list(tasks or DEFAULT_TASKS)
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        raise ValueError(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     recipe = resolve_recipe(preset, overrides)
     if seeds is not None:
         recipe["seeds"] = seeds

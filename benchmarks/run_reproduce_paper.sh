@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Every system of the paper under one recipe (`muxplm reproduce --models paper`: BERT, MUX-BERT,
+# ELECTRA, MUX-ELECTRA, T-MUX, the prefix-demultiplexer and contextual-multiplexer ablations at
+# N = 2 / 5 / 10, and a larger size at N = 2), sharded to fit the machine. Shards train side by
+# side into one runs directory (PARALLEL at a time, one torch thread each on a CPU); a last run
+# over every model reuses their stages (reuse is exact: same settings, same code) and evaluates
+# and times all of them side by side into OUT.
+#
+#   PRESET=full bash benchmarks/run_reproduce_paper.sh    # the CPU recipe (many hours on 2 cores)
+#   PRESET=gpu bash benchmarks/run_reproduce_paper.sh     # bf16 on a GPU; its larger size is base
+#   ONLY=2 bash benchmarks/run_reproduce_paper.sh         # one shard (a session's worth), no collecting run
+#
+# A shard cut short loses only its unfinished stage: run the same command again to go on.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PRESET=${PRESET:-full}
+RUNS=${RUNS:-runs/reproduce-paper-$PRESET}
+OUT=${OUT:-benchmarks/results/reproduce/paper-$PRESET}
+PARALLEL=${PARALLEL:-2}
+ONLY=${ONLY:-}
+if [ "$PRESET" = gpu ]; then LARGER=base; THREADS=(); else LARGER=small; THREADS=(--threads 1); fi
+SHARDS=(
+    "bert,mux-bert-2,mux-bert-5,mux-bert-10"
+    "electra,mux-electra-2,mux-electra-5,mux-electra-10"
+    "tmux-2,tmux-5,tmux-10,prefix-2,prefix-5,prefix-10"
+    "contextual-2,contextual-5,contextual-10,bert-$LARGER,mux-bert-$LARGER-2"
+)
+mkdir -p "$RUNS/logs"
+shard() {
+    muxplm reproduce "--$PRESET" "${THREADS[@]}" --runs-dir "$RUNS" --output-dir "$RUNS/shard-$1" \
+        --models "${SHARDS[$1]}" > "$RUNS/logs/shard-$1.log" 2>&1
+}
+if [ -n "$ONLY" ]; then
+    shard "$ONLY"
+    exit 0
+fi
+running=0
+for index in "${!SHARDS[@]}"; do
+    if [ "$running" -ge "$PARALLEL" ]; then
+        wait -n  # a failed shard stops the script (set -e)
+        running=$((running - 1))
+    fi
+    shard "$index" &
+    running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+    wait -n
+    running=$((running - 1))
+done
+ALL=$(IFS=,; echo "${SHARDS[*]}")
+mkdir -p "$OUT"
+muxplm reproduce "--$PRESET" "${THREADS[@]}" --runs-dir "$RUNS" --output-dir "$OUT" --models "$ALL" | tee "$RUNS/logs/collect.log"
+cp "$RUNS/logs/collect.log" "$OUT/log.txt"
