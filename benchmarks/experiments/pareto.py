@@ -14,8 +14,9 @@ encoders and int8 copies, with the speed of each shape timed side by side here.
 
 Scores come from the grid's evaluations (5 composition seeds for N > 1); speed is the sentence
 head's samples/s on this CPU, one thread, process CPU clock, batch 128 x 48 tokens, every shape
-in fp32 and int8 (PyTorch dynamic quantisation) with random weights, timed round robin in one
-process (``muxplm.bench.throughput.time_checkpoints``). Writes ``results.json`` (the
+in fp32 and int8 (PyTorch dynamic quantisation) with random weights, and with ``--precisions``
+also in ONNX Runtime (``onnx-fp32``: rows on PyTorch's fp32 scores; ``onnx-int8``: timed only),
+timed round robin in one process (``muxplm.bench.throughput.time_checkpoints``). Writes ``results.json`` (the
 reproduction's ``rows`` shape plus ``speedup``, ``precision`` and ``ahead``), ``table.md``,
 ``pareto.png``, and prints the targets' verdicts (on the task groups each row was scored on).
 """
