@@ -67,7 +67,7 @@ def build_model(encoder: str, num_instances: int, unmuxed: int, layers: int):
 def time_shapes(shapes, encoder: str, trials: int, batches: int, precisions=PRECISIONS) -> dict[tuple, dict[str, float]]:
     import torch
 
-    from muxplm.bench.throughput import time_checkpoints
+    from muxplm.bench.throughput import time_checkpoints, variant_label
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -83,9 +83,7 @@ def time_shapes(shapes, encoder: str, trials: int, batches: int, precisions=PREC
     for (n, k, layers), label in zip(shapes, models):
         speeds[(n, k, layers)] = {}
         for precision in precisions:
-            runtime, choice = TIMED[precision]
-            name = " ".join([label] + (["onnx"] if runtime == "onnx" else []) + ([choice] if choice != "none" else []))
-            speeds[(n, k, layers)][precision] = timed[name]["samples_per_s"]
+            speeds[(n, k, layers)][precision] = timed[variant_label(label, *TIMED[precision])]["samples_per_s"]
     return speeds
 
 
@@ -240,7 +238,8 @@ def plot(rows: dict[str, dict], path: Path, name: str = "MiniLM") -> None:
         ax.set_ylabel(f"{group} task average (sentiment + trec)" if group == "sentence" else
                       "token task average (pos + ner F1)")
         ax.grid(alpha=0.3, which="both")
-        ax.set_title(f"{group} tasks: filled fp32, hollow int8; colour N (black 1, blue 2, orange 5, green 10)",
+        onnx = ", triangles ONNX Runtime fp32" if any(r["precision"] == "onnx-fp32" for r in rows.values()) else ""
+        ax.set_title(f"{group} tasks: filled fp32, hollow int8{onnx}; colour N (black 1, blue 2, orange 5, green 10)",
                      fontsize=9)
         ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()

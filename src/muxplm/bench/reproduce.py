@@ -96,8 +96,7 @@ MODELS.update({
 # The rest of the paper's Table 1 and its ablations (section 5): T-MUX and MUX-ELECTRA up to
 # N = 10, the prefix demultiplexer and the contextual multiplexer in place of the defaults, and a
 # larger size (small; base for the GPU preset, whose own size is small) against its own N = 1 row.
-MODELS.update({f"tmux-{n}": ModelRecipe(f"T-MUX N={n}", n, "gaussian_hadamard", "prefix", pretrained=False)
-               for n in (10,)})
+MODELS["tmux-10"] = ModelRecipe("T-MUX N=10", 10, "gaussian_hadamard", "prefix", pretrained=False)
 MODELS.update({f"mux-electra-{n}": ModelRecipe(f"MUX-ELECTRA N={n}", n, "gaussian_hadamard", "unbind",
                                                 family="electra", baseline="electra") for n in (5, 10)})
 MODELS.update({f"contextual-{n}": ModelRecipe(f"MUX-BERT contextual N={n}", n, "contextual", "unbind")

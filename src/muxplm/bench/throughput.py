@@ -358,6 +358,12 @@ def checkpoint_labels(paths: Sequence[str | os.PathLike]) -> dict[str, str]:
     raise AssertionError("distinct resolved paths always have distinct labels")
 
 
+def variant_label(label: str, runtime: str = "torch", quantize: str = "none") -> str:
+    """The label :func:`time_checkpoints` gives a model in a runtime and precision: ``label``,
+    ``label int8``, ``label onnx``, ``label onnx int8``."""
+    return " ".join([label] + (["onnx"] if runtime == "onnx" else []) + ([quantize] if quantize != "none" else []))
+
+
 def time_checkpoints(
     models: Mapping[str, str | os.PathLike | nn.Module],
     *,
@@ -421,7 +427,7 @@ def time_checkpoints(
 
                     graph = export_graph(model, Path(graphs) / f"{index}.onnx")["path"]
                 for choice in quantize:
-                    name = " ".join([label] + (["onnx"] if runtime == "onnx" else []) + ([choice] if choice != "none" else []))
+                    name = variant_label(label, runtime, choice)
                     if name in variants:
                         raise ValueError(f"two models are labelled {name!r}")
                     if runtime == "onnx":
