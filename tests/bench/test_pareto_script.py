@@ -72,3 +72,8 @@ def test_the_plain_row_must_be_unambiguous(pareto):
     with pytest.raises(SystemExit, match="several rows of the whole plain encoder"):
         pareto.base_row(rows)
     assert pareto.base_row(rows[1:]) == "b"
+
+
+def test_speed_ups_need_the_fp32_reference(pareto):
+    with pytest.raises(SystemExit, match="must include fp32"):
+        pareto.time_shapes([(1, 0, 1)], "unused", trials=1, batches=1, precisions=("int8",))
