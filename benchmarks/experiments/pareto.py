@@ -69,13 +69,13 @@ def time_shapes(shapes, encoder: str, trials: int, batches: int, precisions=PREC
 
     from muxplm.bench.throughput import time_checkpoints, variant_label
 
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    models = {f"N{n}-K{k}-L{layers}": build_model(encoder, n, k, layers) for n, k, layers in shapes}
     unknown = set(precisions) - set(TIMED)
     if unknown or "fp32" not in precisions:  # every speed-up is over the plain encoder in PyTorch fp32
         raise SystemExit(f"pareto.py: --precisions must include fp32 and come from {', '.join(TIMED)}, "
                          f"got {','.join(precisions)}")
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    models = {f"N{n}-K{k}-L{layers}": build_model(encoder, n, k, layers) for n, k, layers in shapes}
     runtimes = tuple(dict.fromkeys(TIMED[p][0] for p in precisions))
     quantize = tuple(dict.fromkeys(TIMED[p][1] for p in precisions))
     timed = time_checkpoints(models, quantize=quantize, runtimes=runtimes, batch_size=128, seq_length=48,
