@@ -99,13 +99,15 @@ def base_row(entries: list[dict]) -> str:
 
 
 def summarize(entries: list[dict], speeds: dict, layers: int, base_name: str) -> dict[str, dict]:
+    from muxplm.bench.throughput import variant_label
+
     rows: dict[str, dict] = {}
     timed = set.intersection(*(set(v) for v in speeds.values()))
     # every scored precision that was timed: PyTorch's rows, and ONNX Runtime's fp32 rows on PyTorch's fp32 scores
     entries = [dict(e, precision=precision) for e in entries for precision, scored in SCORED_AS.items()
                if scored == e.get("precision", "fp32") and precision in timed]
     for e in entries:
-        key = e["row"] + {"fp32": "", "int8": " int8", "onnx-fp32": " onnx"}[e["precision"]]
+        key = variant_label(e["row"], *TIMED[e["precision"]])
         row = rows.setdefault(key, dict(label=key, grid_row=e["row"], precision=e["precision"],
                                         num_instances=e["num_instances"], unmuxed_layers=e["unmuxed"],
                                         layers=e["keep"] or layers, scores={}, baseline_used=base_name))
