@@ -145,6 +145,44 @@ def test_evaluate_int8_records_it_and_scores_like_float32(tmp_path, tokenizer, t
     assert quantized["summary"]["accuracy"]["mean"] >= MIN_LABEL_AGREEMENT
 
 
+def test_evaluate_in_onnx_runtime_scores_every_composition_as_pytorch(tmp_path, mux_dir, tokenizer, texts):
+    """`--runtime onnx`: the exported graph scores each composition seed as the PyTorch model
+    does (labels here are random, so the per-seed scores and the predictions that change with the
+    composition differ from seed to seed); `--quantize int8` then scores ONNX Runtime's int8
+    graph, which agrees with float32 as the int8 tests above ask."""
+    from muxplm.training import evaluate_checkpoint
+
+    rng = random.Random(1)
+    data = tmp_path / "dev.csv"
+    with open(data, "w", newline="") as handle:
+        csv.writer(handle).writerows([("text", "label"), *((t, rng.choice(["neg", "neu", "pos"])) for t in texts)])
+    common = dict(validation_file=str(data), task_kind="sentence", seeds=3, batch_size=16, ensemble=True)
+    graphs_before = sorted(mux_dir.glob("**/*.onnx"))
+    reference = evaluate_checkpoint(mux_dir, **common)
+    graph = evaluate_checkpoint(mux_dir, runtime="onnx", **common)
+    assert graph["runtime"] == "onnx" and reference["runtime"] == "torch"
+    assert graph["per_seed"] == pytest.approx(reference["per_seed"], abs=1e-9)
+    assert graph["changed_across_seeds"] == reference["changed_across_seeds"] > 0
+    assert graph["ensemble"] == pytest.approx(reference["ensemble"], abs=1e-9)
+    assert sorted(mux_dir.glob("**/*.onnx")) == graphs_before  # exported into a temporary folder
+    with pytest.raises(ValueError, match="runtime must be one of torch, onnx"):
+        evaluate_checkpoint(mux_dir, runtime="tensorrt", **common)
+
+    # int8 (N = 1, labelled with the float32 model's predictions: the grouping plays no part)
+    plain = tmp_path / "plain"
+    confident_classifier(1, seed=1).save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    labels = [r["label"] for r in Predictor.from_pretrained(plain).predict(texts)]
+    with open(data, "w", newline="") as handle:
+        csv.writer(handle).writerows([("text", "label"), *zip(texts, labels)])
+    out = tmp_path / "eval_onnx_int8.json"
+    assert main(["evaluate", str(plain), "--validation-file", str(data), "--task-kind", "sentence", "--seeds", "1",
+                 "--runtime", "onnx", "--quantize", "int8", "--output", str(out)]) == 0
+    quantized = json.loads(out.read_text())
+    assert quantized["runtime"] == "onnx" and quantized["quantize"] == "int8"
+    assert quantized["summary"]["accuracy"]["mean"] >= MIN_LABEL_AGREEMENT
+
+
 def test_onnx_int8_predictor_agrees_with_onnx_float32(mux_dir, texts, tmp_path, capsys):
     import onnx
 

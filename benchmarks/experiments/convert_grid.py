@@ -201,7 +201,7 @@ class Job:
 
 
 def jobs_for(rows: list[Row], tasks, encoder: str, runs: Path, out: Path, device: str, smoke: bool,
-             int8: bool = False) -> list[Job]:
+             int8: bool = False, onnx_int8: bool = False) -> list[Job]:
     muxplm = [sys.executable, "-m", "muxplm"]
     common = ["--no-progress", "--dataloader-workers", "0", "--report-to", "none"]
     layers_of = json.loads((Path(encoder) / "config.json").read_text())["num_hidden_layers"]
@@ -257,6 +257,11 @@ def jobs_for(rows: list[Row], tasks, encoder: str, runs: Path, out: Path, device
                 jobs.append(Job(f"{row.name}/{task}/int8", scoring + ["--quantize", "int8", "--device", "cpu",
                                                                        "--output", str(quantized)],
                                 quantized, after=[trained.key], weight=0.05))
+            if onnx_int8 and row.int8:  # ONNX Runtime's int8 graph of the same checkpoint
+                graph = out / "evals" / f"{row.name}--{task}--onnx-int8.json"
+                jobs.append(Job(f"{row.name}/{task}/onnx-int8", scoring + ["--runtime", "onnx", "--quantize", "int8",
+                                                                            "--output", str(graph)],
+                                graph, after=[trained.key], weight=0.05))
     return jobs
 
 
@@ -308,6 +313,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", help="comma-separated row names (default: the whole plan)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--int8", action="store_true", help="also score every fine-tuned model quantised to int8")
+    parser.add_argument("--onnx-int8", action="store_true",
+                        help="also score every fine-tuned model's ONNX Runtime int8 graph")
     parser.add_argument("--jobs", type=int, default=1, help="processes at a time")
     parser.add_argument("--deadline", type=float, default=10**9, help="stop starting and kill jobs after S seconds")
     args = parser.parse_args(argv)
@@ -322,7 +329,8 @@ def main(argv=None) -> int:
     out, runs = Path(args.out), Path(args.runs)
     (out / "evals").mkdir(parents=True, exist_ok=True)
     tasks = args.tasks.split(",")
-    jobs = jobs_for(rows, tasks, args.encoder, runs, out, args.device, smoke=args.plan == "smoke", int8=args.int8)
+    jobs = jobs_for(rows, tasks, args.encoder, runs, out, args.device, smoke=args.plan == "smoke", int8=args.int8,
+                   onnx_int8=args.onnx_int8)
     # With --only, a row may read another row's output (its conversion, its teacher) that this run
     # does not schedule: it must be on disk already (every job's output is RUNS/KEY/train_results.json).
     scheduled = {job.key for job in jobs}
@@ -337,14 +345,14 @@ def main(argv=None) -> int:
 
     def record(job: Job) -> None:
         name, task, kind = (job.key.split("/") + ["", ""])[:3]
-        if kind not in ("eval", "int8"):
+        if kind not in ("eval", "int8", "onnx-int8"):
             return
         result = json.loads(job.done_file.read_text())
         row = by_name[name]
         trained = json.loads((runs / name / task / "train_results.json").read_text())
         converted = runs / (row.convert_from or name) / "convert" / "train_results.json"
         conversion = json.loads(converted.read_text()) if converted.is_file() else {}
-        entry = dict(row=name, task=task, precision="int8" if kind == "int8" else "fp32", num_instances=row.num_instances, unmuxed=row.unmuxed, keep=row.keep,
+        entry = dict(row=name, task=task, precision="fp32" if kind == "eval" else kind, num_instances=row.num_instances, unmuxed=row.unmuxed, keep=row.keep,
                      steps=row.steps, distill=row.distill, convert=row.convert, metric=result["main_metric"],
                      mean=100 * result["summary"]["main"]["mean"], std=100 * result["summary"]["main"]["std"],
                      changed=result.get("changed_across_seeds"), finetune_seconds=trained.get("train_seconds"),

@@ -15,7 +15,8 @@ encoders and int8 copies, with the speed of each shape timed side by side here.
 Scores come from the grid's evaluations (5 composition seeds for N > 1); speed is the sentence
 head's samples/s on this CPU, one thread, process CPU clock, batch 128 x 48 tokens, every shape
 in fp32 and int8 (PyTorch dynamic quantisation) with random weights, and with ``--precisions``
-also in ONNX Runtime (``onnx-fp32``: rows on PyTorch's fp32 scores; ``onnx-int8``: timed only),
+also in ONNX Runtime (``onnx-fp32``: rows on PyTorch's fp32 scores; ``onnx-int8``: on the grid's
+``--onnx-int8`` scores where it has them, else timed only),
 timed round robin in one process (``muxplm.bench.throughput.time_checkpoints``). Writes ``results.json`` (the
 reproduction's ``rows`` shape plus ``speedup``, ``precision`` and ``ahead``), ``table.md``,
 ``pareto.png``, and prints the targets' verdicts (on the task groups each row was scored on).
@@ -37,11 +38,11 @@ SPEED_TOLERANCE = 0.05
 TARGETS = [(2, 2.0, 0.97, 0.98), (5, 3.5, 0.94, 0.95)]
 PRECISIONS = ("fp32", "int8")
 # precision -> (runtime, quantize) in time_checkpoints. ONNX Runtime's fp32 rows take the PyTorch
-# fp32 scores (its logits match within 1e-4, checked at every export); its int8 graph (a
-# quantisation of its own) is timed only: no accuracy of it is measured here.
+# fp32 scores (its logits match within 1e-4, checked at every export); its int8 graph is a
+# quantisation of its own, scored by `muxplm evaluate --runtime onnx --quantize int8`.
 TIMED = {"fp32": ("torch", "none"), "int8": ("torch", "int8"), "onnx-fp32": ("onnx", "none"),
          "onnx-int8": ("onnx", "int8")}
-SCORED_AS = {"fp32": "fp32", "int8": "int8", "onnx-fp32": "fp32"}
+SCORED_AS = {"fp32": "fp32", "int8": "int8", "onnx-fp32": "fp32", "onnx-int8": "onnx-int8"}
 
 
 def shape_of(entry: dict, layers: int) -> tuple[int, int, int]:
@@ -103,7 +104,8 @@ def summarize(entries: list[dict], speeds: dict, layers: int, base_name: str) ->
 
     rows: dict[str, dict] = {}
     timed = set.intersection(*(set(v) for v in speeds.values()))
-    # every scored precision that was timed: PyTorch's rows, and ONNX Runtime's fp32 rows on PyTorch's fp32 scores
+    # every scored precision that was timed: PyTorch's rows, ONNX Runtime's fp32 rows on PyTorch's
+    # fp32 scores, its int8 rows on their own
     entries = [dict(e, precision=precision) for e in entries for precision, scored in SCORED_AS.items()
                if scored == e.get("precision", "fp32") and precision in timed]
     for e in entries:
@@ -216,7 +218,7 @@ def plot(rows: dict[str, dict], path: Path, name: str = "MiniLM") -> None:
     groups = [g for g in ("sentence", "token") if any(r[f"{g}_avg"] is not None for r in rows.values())]
     fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), 5.5), squeeze=False)
     for ax, group in zip(axes[0], groups):
-        for precision, style in (("fp32", "-"), ("int8", "--"), ("onnx-fp32", ":")):
+        for precision, style in (("fp32", "-"), ("int8", "--"), ("onnx-fp32", ":"), ("onnx-int8", "-.")):
             cut = sorted((r for r in rows.values() if r["num_instances"] == 1 and r["precision"] == precision),
                          key=lambda r: r["speedup"])
             if not cut:
@@ -226,9 +228,9 @@ def plot(rows: dict[str, dict], path: Path, name: str = "MiniLM") -> None:
         for r in rows.values():
             if r[f"{group}_avg"] is None:
                 continue
-            hollow = r["precision"] == "int8"
+            hollow = r["precision"].endswith("int8")
             marker = "o" if r["num_instances"] == 1 else ("s" if r["layers"] < layers else "D")
-            marker = "^" if r["precision"] == "onnx-fp32" else marker
+            marker = "^" if r["precision"].startswith("onnx") else marker
             ax.scatter(r["speedup"], r[f"{group}_avg"], marker=marker, s=40, color=colors[r["num_instances"]],
                        facecolors="none" if hollow else colors[r["num_instances"]])
             if r["precision"] == "fp32":
@@ -241,7 +243,7 @@ def plot(rows: dict[str, dict], path: Path, name: str = "MiniLM") -> None:
         ax.set_ylabel(f"{group} task average (sentiment + trec)" if group == "sentence" else
                       "token task average (pos + ner F1)")
         ax.grid(alpha=0.3, which="both")
-        onnx = ", triangles ONNX Runtime fp32" if any(r["precision"] == "onnx-fp32" for r in rows.values()) else ""
+        onnx = ", triangles ONNX Runtime" if any(r["precision"].startswith("onnx") for r in rows.values()) else ""
         ax.set_title(f"{group} tasks: filled fp32, hollow int8{onnx}; colour N (black 1, blue 2, orange 5, green 10)",
                      fontsize=9)
         ax.legend(fontsize=7, loc="lower left")

@@ -43,6 +43,8 @@ def test_sentence_only_rows_are_timed_and_judged_against_the_plain_row(pareto, t
     rows = [entry("plain", "sentiment", 90.0), entry("plain", "trec", 80.0),
             entry("plain-cut2", "sentiment", 88.0, keep=2), entry("plain-cut2", "trec", 78.0, keep=2),
             entry("plain-n2-k1", "sentiment", 85.0, 2, 1), entry("plain-n2-k1", "trec", 75.0, 2, 1)]
+    rows += [dict(entry("plain-n2-k1", task, mean, 2, 1), precision="onnx-int8")  # convert_grid --onnx-int8
+             for task, mean in (("sentiment", 84.0), ("trec", 73.0))]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
     assert pareto.main(["--rows", str(tmp_path / "rows.jsonl"), "--out", str(out), "--encoder", str(tmp_path / "plain"),
@@ -51,9 +53,12 @@ def test_sentence_only_rows_are_timed_and_judged_against_the_plain_row(pareto, t
     results = json.loads((out / "results.json").read_text())
     assert set(results["speeds"]) == {"N1-K0-L3", "N1-K0-L2", "N2-K1-L3"}
     assert all(set(speed) == {"fp32", "onnx-fp32", "onnx-int8"} for speed in results["speeds"].values())
-    # ONNX Runtime's fp32 rows carry PyTorch's fp32 scores; its int8 graph is timed, not scored
+    # ONNX Runtime's fp32 rows carry PyTorch's fp32 scores; its int8 rows their own, where scored
     assert results["rows"]["plain-n2-k1 onnx"]["scores"] == results["rows"]["plain-n2-k1"]["scores"]
-    assert {r["precision"] for r in results["rows"].values()} == {"fp32", "onnx-fp32"}
+    assert {r["precision"] for r in results["rows"].values()} == {"fp32", "onnx-fp32", "onnx-int8"}
+    int8_mux = results["rows"]["plain-n2-k1 onnx int8"]
+    assert int8_mux["sentence_avg"] == pytest.approx(78.5) and "plain onnx int8" not in results["rows"]
+    assert int8_mux["speedup"] == pytest.approx(results["speeds"]["N2-K1-L3"]["onnx-int8"] / results["speeds"]["N1-K0-L3"]["fp32"])
     onnx_mux = results["rows"]["plain-n2-k1 onnx"]
     assert onnx_mux["speedup"] == pytest.approx(results["speeds"]["N2-K1-L3"]["onnx-fp32"] / results["speeds"]["N1-K0-L3"]["fp32"])
     assert "onnx-int8" in (out / "table.md").read_text()

@@ -286,4 +286,4 @@ def test_an_onnx_runtime_classifier_gives_the_pytorch_logits(checkpoint_dirs, tm
     with torch.no_grad():
         expected = model(**inputs).logits
     got = OnnxRuntimeClassifier(result["path"], model.config, threads=1)(**inputs)
-    torch.testing.assert_close(torch.from_numpy(got), expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)

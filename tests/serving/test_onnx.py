@@ -72,6 +72,30 @@ def test_onnx_ensemble_logits_match_torch(fixture, request, tmp_path):
         assert all(torch.allclose(g, e, atol=1e-4) for g, e in zip(got, expected, strict=True))
 
 
+@pytest.mark.parametrize("fixture", ["sentence_dir", "token_dir"])
+def test_an_onnx_runtime_classifier_groups_by_the_composition_seed_as_torch(fixture, request, tmp_path):
+    """What `muxplm evaluate --runtime onnx` scores: each composition seed's grouping (and the
+    ensemble) laid out for the graph gives the PyTorch model's logits for that seed."""
+    from muxplm.serving.onnx_export import OnnxRuntimeClassifier, export_graph
+
+    model = Predictor.from_pretrained(request.getfixturevalue(fixture)).model.eval()
+    graph = OnnxRuntimeClassifier(export_graph(model, tmp_path / "g.onnx")["path"], model.config, threads=1)
+    n = model.config.num_instances
+    batch, length = 3 * n + 1, 11  # fillers in the last group
+    ids = torch.randint(5, model.config.vocab_size, (batch, length), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[::3, 7:] = 0
+    inputs = dict(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids))
+    keep = mask.bool() if "Token" in type(model).__name__ else slice(None)  # token logits: real tokens
+    unseeded = graph(**inputs)
+    for seed, ensemble in ((3, False), (4, False), (None, True), (5, True)):
+        with torch.no_grad():
+            expected = model(**inputs, composition_seed=seed, ensemble=ensemble).logits
+        got = graph(**inputs, composition_seed=seed, ensemble=ensemble)
+        torch.testing.assert_close(got[keep], expected[keep], atol=1e-4, rtol=1e-4)
+        assert not torch.allclose(got[keep], unseeded[keep], atol=1e-3)  # the grouping did change the logits
+
+
 @pytest.mark.parametrize("fixture", ["sentence_dir", "partial_dir"])
 def test_an_all_padding_row_is_a_filler_in_torch_and_onnx(fixture, request, tmp_path):
     """A row whose attention mask is all zero enters no mixture in either runtime: the other

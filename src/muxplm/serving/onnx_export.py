@@ -186,16 +186,39 @@ def graph_feeds(session, inputs: dict) -> dict:
     return {arg.name: inputs[arg.name].cpu().numpy() for arg in session.get_inputs()}
 
 
+def run_graph(session, batch: dict, num_instances: int, pad_token_id: int = 0, *,
+              composition_seed: int | None = None, ensemble: bool = False) -> torch.Tensor:
+    """Logits of an exported graph for ``batch`` (keyword tensors, one row per input) grouped as
+    the PyTorch model groups them: ``composition_seed`` shuffles which inputs share a group and
+    ``ensemble`` runs every input in N copies and averages them (:func:`plan_groups`). The plan's
+    slots are laid out here, fillers as all-masked rows, and the graph groups them in order."""
+    if composition_seed is None and not (ensemble and num_instances > 1):
+        return torch.from_numpy(session.run(None, graph_feeds(session, batch))[0])  # the graph's own order
+    plan = plan_groups(batch["input_ids"].shape[0], num_instances, seed=composition_seed, ensemble=ensemble)
+    slotted = {key: plan.group(value.cpu(), fill_value=pad_token_id if key == "input_ids" else 0)
+               for key, value in batch.items()}
+    slots = torch.from_numpy(session.run(None, graph_feeds(session, slotted))[0])
+    return plan.reduce_copies(plan.ungroup(slots))
+
+
 class OnnxRuntimeClassifier:
     """An exported graph in an ONNX Runtime session, called like the PyTorch classifier it came
-    from (keyword tensors in, logits out) so that :mod:`muxplm.timing` times both alike."""
+    from (keyword tensors in; ``composition_seed`` and ``ensemble`` as the model takes them), so
+    that :mod:`muxplm.timing` times and :mod:`muxplm.training.evaluate` scores both alike.
+    Returns the logits as a tensor."""
+
+    device = torch.device("cpu")  # inputs are handed to ONNX Runtime from host memory
 
     def __init__(self, path: str | os.PathLike, config, threads: int | None = None):
         self.path, self.config = Path(path), config
         self.session = onnx_session(path, threads)
 
-    def __call__(self, **inputs):
-        return self.session.run(None, graph_feeds(self.session, inputs))[0]
+    def __call__(self, *, composition_seed: int | None = None, ensemble: bool = False, **inputs) -> torch.Tensor:
+        return run_graph(self.session, inputs, self.config.num_instances, self.config.pad_token_id or 0,
+                         composition_seed=composition_seed, ensemble=ensemble)
+
+    def eval(self) -> "OnnxRuntimeClassifier":
+        return self  # a graph has no training mode
 
 
 def check_parity(model, path, *, batch: int, length: int = 23) -> float:
@@ -253,17 +276,8 @@ class OnnxPredictor(Predictor):
                    max_length=max_length, batch_size=batch_size)
 
     def run(self, encoded, *, ensemble: bool = False) -> list[torch.Tensor]:
-        batch = self.collate(encoded)
-        if ensemble and self.num_instances > 1:
-            # The model's own copy layout (plan.group, fillers all-masked, as its forward makes it),
-            # run by the graph; the copies' logits averaged as the model averages them.
-            plan = plan_groups(len(encoded), self.num_instances, ensemble=True)
-            slotted = {key: plan.group(value.cpu()) for key, value in batch.items()}
-            slotted["input_ids"] = plan.group(batch["input_ids"].cpu(), fill_value=self.model.config.pad_token_id or 0)
-            slots = torch.from_numpy(self.session.run(None, graph_feeds(self.session, slotted))[0])
-            logits = plan.reduce_copies(slots[plan.slot_of])
-        else:
-            logits = torch.from_numpy(self.session.run(None, graph_feeds(self.session, batch))[0])
+        logits = run_graph(self.session, self.collate(encoded), self.num_instances,
+                           self.model.config.pad_token_id or 0, ensemble=ensemble)
         if self.task == "sentence":
             return list(logits)
         return [logits[row, : len(item)] for row, item in enumerate(encoded)]

@@ -74,6 +74,9 @@ def register(subparsers) -> None:
     evaluate.add_argument("--device", help="cpu (default), cuda or cuda:K")
     evaluate.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
                           help="int8: score the int8 dynamically quantised model (CPU only)")
+    evaluate.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
+                          help="onnx: score the exported graph in ONNX Runtime (CPU; with --quantize int8 "
+                               "its ONNX Runtime int8 quantisation), grouped as PyTorch groups")
     evaluate.add_argument("--output", help="results JSON (default: CHECKPOINT/eval_results.json)")
     evaluate.set_defaults(func=_evaluate)
 
@@ -195,7 +198,7 @@ def _evaluate(args) -> int:
         args.checkpoint, args.task, seeds=args.seeds, ensemble=args.ensemble, batch_size=args.batch_size,
         max_length=args.max_length, split=args.split, validation_file=args.validation_file,
         task_kind=args.task_kind, max_examples=args.max_examples, cache_dir=args.cache_dir, output_file=output,
-        device=args.device, quantize=args.quantize,
+        device=args.device, quantize=args.quantize, runtime=args.runtime,
     )
     Console().print(results_table(result))
     print(f"results written to {output}")

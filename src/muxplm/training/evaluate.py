@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from ..timing import side_by_side
 from .inputs import load_task_features
 from .models import load_classifier
 
+RUNTIMES = ("torch", "onnx")
+
 
 def predict(model, features, collate, batch_size: int, composition_seed: int | None = None,
             ensemble: bool = False, shard: tuple[int, int] = (0, 1)) -> tuple[list, list]:
@@ -35,7 +38,7 @@ def predict(model, features, collate, batch_size: int, composition_seed: int | N
     number of processes.
     """
     rank, world = shard
-    device = next(model.parameters()).device
+    device = model.device
     mine: list[tuple[int, list, list]] = []
     model.eval()
     with torch.inference_mode():
@@ -48,7 +51,8 @@ def predict(model, features, collate, batch_size: int, composition_seed: int | N
             labels = batch.pop("labels")
             # A different composition per batch, fixed by (seed, batch index).
             seed = None if composition_seed is None else composition_seed * 1_000_003 + index
-            logits = model(**batch, composition_seed=seed, ensemble=ensemble).logits.float().cpu()
+            out = model(**batch, composition_seed=seed, ensemble=ensemble)
+            logits = getattr(out, "logits", out).float().cpu()  # an ONNX Runtime graph returns the logits
             if logits.dim() == 3:  # token task: keep each row's real length
                 lengths = batch["attention_mask"].sum(dim=1).tolist()
                 ids = logits.argmax(-1)
@@ -133,9 +137,13 @@ def evaluate_checkpoint(
     output_file: str | Path | None = None,
     device: str | None = None,
     quantize: str = "none",
+    runtime: str = "torch",
 ) -> dict[str, Any]:
     """Evaluate a fine-tuned checkpoint on a task over ``seeds`` composition seeds;
     ``quantize="int8"`` scores its int8 dynamically quantised copy (CPU only).
+    ``runtime="onnx"`` scores the checkpoint's ONNX graph in ONNX Runtime instead (exported and
+    checked against PyTorch into a temporary folder; with ``quantize="int8"`` ONNX Runtime's
+    dynamic quantisation of it), grouped by the same composition seeds as PyTorch.
 
     Returns ``{"checkpoint", "task", "num_instances", "quantize", "num_examples", "seeds": [...],
     "per_seed": [metrics...], "summary": {metric: {mean, std, max, min, best_minus_worst}},
@@ -146,6 +154,10 @@ def evaluate_checkpoint(
     """
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    if runtime == "onnx" and device not in (None, "cpu"):
+        raise ValueError("runtime='onnx' scores on the CPU (ONNX Runtime's CPU session); leave device unset")
     quantize = check_quantize(quantize, device or "cpu")
     model, tokenizer = load_classifier(checkpoint)
     check_finite_weights(model, checkpoint)  # scores of NaN weights would be silently meaningless
@@ -162,30 +174,44 @@ def evaluate_checkpoint(
         raise ValueError(f"the {split} split of {spec.name} is empty")
     if device:
         model.to(resolve_device(device, "float32")[0])
-    if quantize == "int8":
-        model = quantize_dynamic_int8(model)
-    n = model.config.num_instances
-    seed_list = list(range(seeds)) if n > 1 else [0]  # N=1: every composition is the same
-    collate = PaddingCollator(tokenizer)
-    per_seed, predictions = [], []
-    for seed in seed_list:
-        outputs, golds = predict(model, rows, collate, batch_size, seed)
-        per_seed.append(score(spec, outputs, golds))
-        predictions.append(predicted_labels(spec, outputs, golds))
+    with tempfile.TemporaryDirectory(prefix="muxplm-eval-onnx-") as scratch:
+        if runtime == "onnx":
+            model = _onnx_runtime_model(model, Path(scratch), quantize)
+        elif quantize == "int8":
+            model = quantize_dynamic_int8(model)
+        n = model.config.num_instances
+        seed_list = list(range(seeds)) if n > 1 else [0]  # N=1: every composition is the same
+        collate = PaddingCollator(tokenizer)
+        per_seed, predictions = [], []
+        for seed in seed_list:
+            outputs, golds = predict(model, rows, collate, batch_size, seed)
+            per_seed.append(score(spec, outputs, golds))
+            predictions.append(predicted_labels(spec, outputs, golds))
+        ensembled = evaluate_model(model, spec, rows, tokenizer, batch_size, 0, ensemble=True) if ensemble else None
     result = {
         "checkpoint": str(checkpoint), "task": spec.name, "split": split, "num_instances": n, "quantize": quantize,
-        "num_examples": len(rows), "main_metric": spec.metric, "seeds": seed_list,
+        "runtime": runtime, "num_examples": len(rows), "main_metric": spec.metric, "seeds": seed_list,
         "per_seed": per_seed, "summary": summarize(per_seed),
         # Fraction of examples (token tasks: labelled tokens) whose prediction changes with
         # the composition, i.e. with which other inputs share the forward pass.
         "changed_across_seeds": changed_fraction(predictions),
-        "ensemble": evaluate_model(model, spec, rows, tokenizer, batch_size, 0, ensemble=True)
-        if ensemble else None,
+        "ensemble": ensembled,
     }
     if output_file is not None:
         Path(output_file).parent.mkdir(parents=True, exist_ok=True)
         Path(output_file).write_text(json.dumps(result, indent=1))
     return result
+
+
+def _onnx_runtime_model(model, folder: Path, quantize: str):
+    """The model's exported graph (within 1e-4 of PyTorch, else RuntimeError) in an ONNX Runtime
+    session, int8-quantised by ONNX Runtime when asked."""
+    from ..serving.onnx_export import OnnxRuntimeClassifier, export_graph, int8_graph
+
+    graph = export_graph(model.eval(), folder / "model.onnx")["path"]
+    # As many threads as PyTorch would use (OMP_NUM_THREADS / torch.set_num_threads)
+    return OnnxRuntimeClassifier(int8_graph(graph) if quantize == "int8" else graph, model.config,
+                                 threads=torch.get_num_threads())
 
 
 def _max_length(model) -> int:
@@ -213,7 +239,8 @@ def results_table(result: dict[str, Any], title: str | None = None):
     """A rich table of one :func:`evaluate_checkpoint` result."""
     from rich.table import Table
 
-    precision = "  int8" if result.get("quantize") == "int8" else ""
+    precision = ("  ONNX Runtime" if result.get("runtime") == "onnx" else "") + \
+        ("  int8" if result.get("quantize") == "int8" else "")
     table = Table(title=title or f"{result['task']}  N={result['num_instances']}{precision}  "
                                  f"({result['num_examples']} examples, {len(result['seeds'])} seeds)")
     for column in ("metric", "mean", "std", "max", "best-worst", "ensemble"):
