@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -213,6 +214,65 @@ def test_best_checkpoint_is_kept_and_loaded_at_the_end(pretrained, tmp_path):
     assert final.keys() == best.keys() and all(torch.equal(final[k], best[k]) for k in final)
     result = evaluate_checkpoint(out, "sentiment", seeds=1, max_examples=45, max_length=32, batch_size=32)
     assert result["summary"]["accuracy"]["mean"] == pytest.approx(best_value)
+
+
+def patience_stop(scores: list[tuple[int, float]], patience: int) -> int | None:
+    """The step at which `patience` evaluations in a row have not beaten the best score."""
+    best, since = None, 0
+    for step, value in scores:
+        best, since = (value, 0) if best is None or value > best else (best, since + 1)
+        if since >= patience:
+            return step
+    return None
+
+
+def test_early_stopping_ends_at_the_best_weights_and_resumes_exactly(pretrained, tmp_path):
+    """--early-stopping-patience P: training stops at the first evaluation that makes P in a row
+    without a new best, the final model is the best checkpoint's, and a run killed inside a
+    streak of non-improving evaluations and resumed stops at the same step (the streak is kept in
+    the checkpoint)."""
+    out = tmp_path / "stop"
+    settings = {k: v for k, v in MICRO.items() if k not in ("preset", "model_overrides")}
+    config = dict(stage="finetune", task="sentiment", output_dir=str(out), init=str(pretrained), max_steps=40,
+                  lr=5e-3, eval_steps=1, save_steps=1, save_total_limit=None, early_stopping_patience=2,
+                  max_train_examples=64, max_eval_examples=45, **settings)
+    summary = run_stage(TrainConfig(**config))
+    scores = [(record["step"], record["accuracy"]) for record in read_log(out, "eval")]
+    stop = patience_stop(scores, 2)
+    assert stop is not None and stop < 40  # it did stop early, where the rule says
+    assert summary["final_step"] == stop and summary["stopped_early"] and summary["total_steps"] == 40
+    assert [r["step"] for r in read_log(out, "early_stop")] == [stop]
+    best_value = max(value for _, value in scores)
+    best_step = min(step for step, value in scores if value == best_value)
+    assert summary["best_checkpoint"]["step"] == best_step and summary["eval"]["accuracy"] == best_value
+    from safetensors.torch import load_file
+
+    final = load_file(out / "model.safetensors")
+    best = load_file(out / f"checkpoint-{best_step}" / "model.safetensors")
+    assert all(torch.equal(final[k], best[k]) for k in final)
+
+    # killed after step stop - 1 (one non-improving evaluation into the streak), then resumed
+    killed = tmp_path / "killed"
+    shutil.copytree(out, killed)
+    for later in [p for p in killed.glob("checkpoint-*") if int(p.name.split("-")[1]) >= stop]:
+        shutil.rmtree(later)
+    for name in ("train_results.json", "model.safetensors"):
+        (killed / name).unlink()
+    resumed = run_stage(TrainConfig(**{**config, "output_dir": str(killed), "resume": True}))
+    assert resumed["resumed_from_step"] == stop - 1 and resumed["final_step"] == stop and resumed["stopped_early"]
+    again = load_file(killed / "model.safetensors")
+    assert all(torch.equal(again[k], final[k]) for k in final)
+    # resuming a run that stopped trains nothing more
+    assert run_stage(TrainConfig(**{**config, "resume": True}))["final_step"] == stop
+
+
+def test_early_stopping_needs_checkpoints_at_its_evaluations(tmp_path):
+    with pytest.raises(ValueError, match="multiple of eval_steps"):  # else the best weights may be gone
+        run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(tmp_path), eval_steps=2,
+                              save_steps=3, early_stopping_patience=2, max_steps=6, **MICRO))
+    with pytest.raises(ValueError, match="early_stopping_patience must be >= 1"):
+        run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(tmp_path), max_steps=4,
+                              early_stopping_patience=0, **MICRO))
 
 
 def test_load_best_at_end_needs_evaluations_at_the_saved_steps(tmp_path):

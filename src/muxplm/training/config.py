@@ -136,6 +136,9 @@ class TrainConfig:
                                               "as well)")
     load_best_at_end: bool = setting(False, "end with the weights of the checkpoint that scored best on the "
                                             "evaluation set")
+    early_stopping_patience: int | None = setting(
+        help="stop when this many evaluations in a row have not improved on the best score, and end with "
+             "the best checkpoint's weights (implies --load-best-at-end; default: train every step)")
     resume: bool = setting(False, "continue from the latest checkpoint")
     report_to: list[str] | None = setting(
         help="experiment trackers that also get the training curves: tensorboard, wandb, mlflow, ... (any "
@@ -229,7 +232,10 @@ def validate(config: TrainConfig) -> None:
         raise ValueError(f"warmup_ratio must lie in [0, 1], got {config.warmup_ratio}")
     if config.save_total_limit is not None and config.save_total_limit < 1:
         raise ValueError(f"save_total_limit must be >= 1 (or unset for no limit), got {config.save_total_limit}")
-    if config.load_best_at_end and config.eval_steps and config.save_steps and config.save_steps % config.eval_steps:
+    if config.early_stopping_patience is not None and config.early_stopping_patience < 1:
+        raise ValueError(f"early_stopping_patience must be >= 1 (or unset), got {config.early_stopping_patience}")
+    if (config.load_best_at_end or config.early_stopping_patience) and config.eval_steps and config.save_steps \
+            and config.save_steps % config.eval_steps:
         raise ValueError(f"load_best_at_end compares the evaluations made when checkpoints are saved: save_steps "
                          f"({config.save_steps}) must be a multiple of eval_steps ({config.eval_steps})")
     if config.consistency_weight is not None and config.consistency_weight < 0:

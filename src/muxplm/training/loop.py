@@ -201,8 +201,9 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     Raises :class:`TrainingDiverged` when a loss is not finite (all ranks stop together; the
     last checkpoint on disk stays the newest one).
     """
-    if config.load_best_at_end and (run.evaluate is None or run.best_metric is None):
-        raise ValueError("load_best_at_end needs an evaluation set to rank checkpoints, and this run has none")
+    if (config.load_best_at_end or config.early_stopping_patience) and (run.evaluate is None or run.best_metric is None):
+        option = "early_stopping_patience" if config.early_stopping_patience else "load_best_at_end"
+        raise ValueError(f"{option} needs an evaluation set to rank checkpoints, and this run has none")
     loop = _Loop(run, config, accelerator)
     progress = None
     if loop.main and config.progress:
@@ -214,7 +215,7 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
                                       accelerator.device))
     last_saved = loop.step if run.resume_from is not None else None
     try:
-        while loop.step < loop.total_steps:
+        while loop.step < loop.total_steps and not loop.out_of_patience():
             loop.optimizer_step(batches)
             step, last = loop.step, loop.step == loop.total_steps
             if step % config.logging_steps == 0 or last:
@@ -225,9 +226,13 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
                 progress.update(1)
             if step % config.eval_steps == 0 or last:
                 loop.evaluate()
-            if step % config.save_steps == 0 or last:
+            stopping = loop.out_of_patience()
+            if step % config.save_steps == 0 or last or stopping:
                 loop.save()
                 last_saved = step
+            if stopping:
+                loop.log.write({"kind": "early_stop", "step": step, "best": loop.best_score,
+                                "patience": config.early_stopping_patience})
     finally:
         if progress is not None:
             progress.close()
@@ -281,6 +286,10 @@ class _Loop:
         self.stats = StepStats(accelerator.device)
         self.last_eval: dict[str, float] | None = None
         self.last_eval_step: int | None = None
+        # Early stopping: the best score so far and the evaluations since it (kept in checkpoints)
+        saved = ckpt.read_state(run.resume_from).get("patience", {}) if run.resume_from is not None else {}
+        self.best_score: float | None = saved.get("best")
+        self.evals_since_best: int = saved.get("evals_since_best", 0)
         self.first_batch_ids: list[int] | None = None
         self.losses: list[float] = []
         self.start_step, self.started = self.step, time.perf_counter()
@@ -339,6 +348,19 @@ class _Loop:
         if self.main:
             self.log.write({"kind": "eval", "step": self.step, **metrics})
         self.last_eval, self.last_eval_step = metrics, self.step
+        score = self.score()
+        if score is not None:
+            best, value = self.best_score, score["value"]
+            if best is None or (value > best if score["greater_is_better"] else value < best):
+                self.best_score, self.evals_since_best = score["value"], 0
+            else:
+                self.evals_since_best += 1
+
+    def out_of_patience(self) -> bool:
+        """Early stopping: the last ``early_stopping_patience`` evaluations did not beat the best
+        (the metrics are gathered, so every process decides alike)."""
+        patience = self.config.early_stopping_patience
+        return patience is not None and self.evals_since_best >= patience
 
     def score(self) -> dict[str, Any] | None:
         """The ranking score of a checkpoint now: only an evaluation of these very weights counts."""
@@ -353,7 +375,8 @@ class _Loop:
         self.stop_if_diverged()  # never a checkpoint of weights a non-finite loss has touched
         state = {"step": self.step, "micro_step": self.micro_step, "total_steps": self.total_steps,
                  "world_size": self.world, "samples_seen": self.step * self.samples_per_step,
-                 "config": self.config.to_dict(), "last_eval": self.last_eval, "score": self.score()}
+                 "config": self.config.to_dict(), "last_eval": self.last_eval, "score": self.score(),
+                 "patience": {"best": self.best_score, "evals_since_best": self.evals_since_best}}
         final = save_checkpoint(self.accelerator, self.model, self.optimizer, self.scheduler, self.run.tokenizer,
                                 self.output_dir, state, self.config.save_total_limit)
         self.log.write({"kind": "checkpoint", "step": self.step, "path": str(final)})
@@ -375,6 +398,7 @@ class _Loop:
             "resumed_from_step": self.start_step, "world_size": self.world, "train_seconds": train_seconds,
             "train_samples_per_s": done * self.samples_per_step / max(train_seconds, 1e-9),
             "final_loss": self.losses[-1] if self.losses else None, "eval": self.last_eval,
+            "stopped_early": self.out_of_patience() and self.step < self.total_steps,
             "first_batch_ids_per_rank": first_ids, "weight_sum_per_rank": weight_sums,
             "code": code_version(), **(run.summary or {}),
         }
@@ -382,7 +406,8 @@ class _Loop:
         if best is not None:
             best_state = ckpt.read_state(best)
             summary["best_checkpoint"] = {"path": str(best), "step": best_state["step"], **best_state["score"]}
-            if self.config.load_best_at_end and best_state["step"] != self.step:
+            load_best = self.config.load_best_at_end or self.config.early_stopping_patience is not None
+            if load_best and best_state["step"] != self.step:
                 # The saved final model (what later stages and evaluation read) becomes the best one.
                 unwrapped.load_state_dict(type(unwrapped).from_pretrained(best).state_dict())
                 summary["eval"] = best_state["last_eval"]
