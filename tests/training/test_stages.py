@@ -265,6 +265,14 @@ def test_early_stopping_ends_at_the_best_weights_and_resumes_exactly(pretrained,
     # resuming a run that stopped trains nothing more
     assert run_stage(TrainConfig(**{**config, "resume": True}))["final_step"] == stop
 
+    # checkpoints every 4 steps, one kept: each new best is saved as well, and survives rotation
+    rotated = tmp_path / "rotated"
+    sparse = run_stage(TrainConfig(**{**config, "output_dir": str(rotated), "save_steps": 4, "save_total_limit": 1}))
+    assert sparse["final_step"] == stop and sparse["best_checkpoint"]["step"] == best_step
+    assert {p.name for p in rotated.glob("checkpoint-*")} == {f"checkpoint-{best_step}", f"checkpoint-{stop}"}
+    kept = load_file(rotated / "model.safetensors")
+    assert all(torch.equal(kept[k], final[k]) for k in final)
+
 
 def test_early_stopping_needs_checkpoints_at_its_evaluations(tmp_path):
     with pytest.raises(ValueError, match="multiple of eval_steps"):  # else the best weights may be gone

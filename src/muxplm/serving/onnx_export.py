@@ -168,7 +168,7 @@ def export_is_current(model_dir: str | os.PathLike, onnx_path: str | os.PathLike
         return False
 
 
-def onnx_session(path: str | os.PathLike, threads: int | None = None):
+def onnx_session(path: str | os.PathLike, threads: int | None = None, cpu_only: bool = False):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -176,7 +176,8 @@ def onnx_session(path: str | os.PathLike, threads: int | None = None):
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     # CUDA first when this ONNX Runtime build has it (onnxruntime-gpu), the CPU always.
-    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
+    wanted = ("CPUExecutionProvider",) if cpu_only else ("CUDAExecutionProvider", "CPUExecutionProvider")
+    providers = [p for p in wanted if p in ort.get_available_providers()]
     return ort.InferenceSession(str(path), options, providers=providers)
 
 
@@ -211,7 +212,7 @@ class OnnxRuntimeClassifier:
 
     def __init__(self, path: str | os.PathLike, config, threads: int | None = None):
         self.path, self.config = Path(path), config
-        self.session = onnx_session(path, threads)
+        self.session = onnx_session(path, threads, cpu_only=True)  # also where onnxruntime-gpu is installed
 
     def __call__(self, *, composition_seed: int | None = None, ensemble: bool = False, **inputs) -> torch.Tensor:
         return run_graph(self.session, inputs, self.config.num_instances, self.config.pad_token_id or 0,

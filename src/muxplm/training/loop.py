@@ -226,8 +226,11 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
                 progress.update(1)
             if step % config.eval_steps == 0 or last:
                 loop.evaluate()
-            stopping = loop.out_of_patience()
-            if step % config.save_steps == 0 or last or stopping:
+            stopping = loop.out_of_patience() and not last
+            # with early stopping, every new best is saved: the run ends with those weights
+            new_best = config.early_stopping_patience is not None and loop.evals_since_best == 0 \
+                and loop.last_eval_step == step
+            if step % config.save_steps == 0 or last or stopping or new_best:
                 loop.save()
                 last_saved = step
             if stopping:
@@ -351,8 +354,9 @@ class _Loop:
         score = self.score()
         if score is not None:
             best, value = self.best_score, score["value"]
-            if best is None or (value > best if score["greater_is_better"] else value < best):
-                self.best_score, self.evals_since_best = score["value"], 0
+            # a non-finite score never counts as a new best (nor does best_checkpoint rank it)
+            if math.isfinite(value) and (best is None or (value > best if score["greater_is_better"] else value < best)):
+                self.best_score, self.evals_since_best = value, 0
             else:
                 self.evals_since_best += 1
 
