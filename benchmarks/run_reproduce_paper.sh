@@ -9,8 +9,12 @@
 #   PRESET=full bash benchmarks/run_reproduce_paper.sh    # the CPU recipe (many hours on 2 cores)
 #   PRESET=gpu bash benchmarks/run_reproduce_paper.sh     # bf16 on a GPU; its larger size is base
 #   ONLY=2 bash benchmarks/run_reproduce_paper.sh         # one shard (a session's worth), no collecting run
+#   CODE=COMMIT bash benchmarks/run_reproduce_paper.sh    # train with that commit's code (see below)
 #
-# A shard cut short loses only its unfinished stage: run the same command again to go on.
+# A shard cut short loses only its unfinished stage: run the same command again to go on. A stage
+# is reused only by the code that trained it (its source hash), so a run that spans several
+# sessions while the repository moves on names its code: CODE=COMMIT checks that commit out once
+# into RUNS/code-COMMIT and runs every stage, and the collecting run, from there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRESET=${PRESET:-full}
@@ -18,6 +22,16 @@ RUNS=${RUNS:-runs/reproduce-paper-$PRESET}
 OUT=${OUT:-benchmarks/results/reproduce/paper-$PRESET}
 PARALLEL=${PARALLEL:-2}
 ONLY=${ONLY:-}
+CODE=${CODE:-}
+muxplm() { python3 -m muxplm "$@"; }
+if [ -n "$CODE" ]; then
+    CODE=$(git rev-parse --short=12 "$CODE^{commit}")
+    SRC="$RUNS/code-$CODE"
+    [ -d "$SRC/src/muxplm" ] || { mkdir -p "$RUNS"; git worktree add --detach "$SRC" "$CODE"; }
+    export PYTHONPATH="$(cd "$SRC/src" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+    python3 -c "import muxplm, sys; sys.exit(not muxplm.__file__.startswith('$(cd "$SRC/src" && pwd)'))" \
+        || { echo "run_reproduce_paper.sh: muxplm is not imported from $SRC" >&2; exit 1; }
+fi
 if [ "$PRESET" = gpu ]; then LARGER=base; THREADS=(); else LARGER=small; THREADS=(--threads 1); fi
 SHARDS=(
     "bert,mux-bert-2,mux-bert-5,mux-bert-10"
@@ -31,6 +45,7 @@ shard() {
         --models "${SHARDS[$1]}" > "$RUNS/logs/shard-$1.log" 2>&1
 }
 if [ -n "$ONLY" ]; then
+    [ -n "${SHARDS[$ONLY]+set}" ] || { echo "ONLY must be a shard index, 0 to $((${#SHARDS[@]} - 1))" >&2; exit 2; }
     shard "$ONLY"
     exit 0
 fi
