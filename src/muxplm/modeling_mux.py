@@ -393,10 +393,17 @@ class MuxPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)  # the MLM decoder's output bias
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, regroup: bool = False, **kwargs):
         """As in Transformers, but refuses a checkpoint that is not of this family, or whose
-        number of instances or mux/demux type disagrees with the config asked for."""
+        number of instances or mux/demux type disagrees with the config asked for.
+
+        ``regroup=True`` with another ``num_instances`` than the checkpoint's (a curriculum over
+        N): the encoder and every other weight are loaded, and only the per-instance weights of
+        the multiplexer and demultiplexer (keys of shape ``[N, ...]``) start afresh for the new N."""
         saved = _read_saved_config(pretrained_model_name_or_path)
+        requested = kwargs.get("config")
+        asked_instances = getattr(requested, "num_instances", None) if requested is not None else kwargs.get("num_instances")
+        regrouping = regroup and saved is not None and asked_instances not in (None, saved.get("num_instances"))
         if saved is not None:
             expected = cls.config_class.model_type
             found = saved.get("model_type")
@@ -410,14 +417,20 @@ class MuxPreTrainedModel(PreTrainedModel):
                 raise ValueError(
                     f"{pretrained_model_name_or_path} holds a {found!r} checkpoint, not {expected!r}{hint}"
                 )
-            requested = kwargs.get("config")
             for field in IDENTITY_FIELDS:
                 asked = getattr(requested, field, None) if requested is not None else kwargs.get(field)
-                if asked is not None and field in saved and asked != saved[field]:
+                if asked is not None and field in saved and asked != saved[field] and \
+                        not (regrouping and field == "num_instances"):
                     raise ValueError(
                         f"checkpoint {pretrained_model_name_or_path} was trained with {field}={saved[field]!r}, "
                         f"but {field}={asked!r} was asked for; its weights cannot serve that configuration"
+                        + ("" if field != "num_instances" else " (regroup=True / --regroup-instances starts its "
+                                                               "per-instance keys afresh for the new N)")
                     )
+        head_may_restart = kwargs.get("ignore_mismatched_sizes", False)
+        wants_info = kwargs.get("output_loading_info", False)
+        if regrouping:
+            kwargs.update(ignore_mismatched_sizes=True, output_loading_info=True)
         try:
             loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except SafetensorError as error:
@@ -432,6 +445,15 @@ class MuxPreTrainedModel(PreTrainedModel):
             if isinstance(module, Multiplexer):
                 for key in module.parameters(recurse=False):
                     key.requires_grad_(bool(model.config.learn_mux_keys))
+        if regrouping:
+            per_instance = (f"{model.base_model_prefix}.mux.", f"{model.base_model_prefix}.demux.")
+            for key, *_ in loaded[1].get("mismatched_keys", []):
+                if not key.startswith(per_instance) and not head_may_restart:
+                    raise ValueError(
+                        f"regrouping {pretrained_model_name_or_path} from num_instances={saved.get('num_instances')} "
+                        f"to {asked_instances}: {key} does not fit the new model, and only the multiplexer's and "
+                        f"demultiplexer's per-instance weights may start afresh")
+            return loaded if wants_info else model
         return loaded
 
     @classmethod

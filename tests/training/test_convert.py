@@ -55,6 +55,35 @@ def test_convert_primes_a_mux_model_from_the_plain_weights(plain_dir, tmp_path):
     assert model.config.num_unmuxed_layers == 1
 
 
+def test_a_curriculum_over_n_goes_on_from_a_mux_checkpoint_at_another_n(plain_dir, tmp_path):
+    """`muxplm convert MUX_CHECKPOINT --num-instances M`: the N = 2 conversion's encoder and
+    demultiplexer layers carry over to N = 3, only the per-instance keys start afresh, and its
+    own layout (unmuxed layers, demultiplexer) is kept unless given."""
+    from safetensors.torch import load_file
+
+    convert(plain_dir, 2, tmp_path / "n2", num_unmuxed_layers=0, **FAST)
+    config = conversion_config(tmp_path / "n2", 3, tmp_path / "n3")
+    assert config.init == str(tmp_path / "n2") and config.regroup_instances and config.init_encoder is None
+    grown = MuxBertForRetrieval.from_pretrained(tmp_path / "n2", num_instances=3, regroup=True)
+    before = load_file(tmp_path / "n2" / "model.safetensors")
+    after = grown.state_dict()
+    fresh = {k for k in before if before[k].shape != after[k].shape or not torch.equal(before[k], after[k])}
+    assert fresh == {"bert.mux.keys", "bert.demux.keys", "bert.demux.unbind_keys"}
+    assert after["bert.mux.keys"].shape[0] == 3 and not grown.bert.mux.keys.requires_grad
+    with pytest.raises(ValueError, match="regroup=True"):  # without asking, another N is refused
+        MuxBertForRetrieval.from_pretrained(tmp_path / "n2", num_instances=3)
+
+    done = run_cli("convert", str(tmp_path / "n2"), "--num-instances", "3", "--output-dir", str(tmp_path / "n3"),
+                   "--max-steps", "2", "--batch-groups", "4", "--eval-steps", "2", "--save-steps", "2",
+                   "--corpus-sources", "moby_dick", "--corpus-max-words", "6000", "--no-progress")
+    assert done.returncode == 0, done.stderr[-2000:]
+    model = MuxBertForRetrieval.from_pretrained(tmp_path / "n3")
+    assert (model.config.num_instances, model.config.num_unmuxed_layers, model.config.demux_type) == (3, 0, "unbind")
+    refused = run_cli("convert", str(tmp_path / "n2"), "--num-instances", "3", "--keep-layers", "1",
+                      "--output-dir", str(tmp_path / "x"))
+    assert refused.returncode != 0 and "a MUX checkpoint keeps its layers" in refused.stderr
+
+
 def test_convert_cli_then_finetune(plain_dir, tmp_path):
     out = tmp_path / "mux"
     done = run_cli("convert", str(plain_dir), "--num-instances", "2", "--output-dir", str(out), "--max-steps", "2",

@@ -54,7 +54,8 @@ def register(subparsers) -> None:
         help="multiplex a plain pretrained encoder (BERT, ELECTRA, RoBERTa, DistilBERT, MPNet): warm start + priming",
     )
     convert.add_argument("plain_model_dir", help="a plain encoder checkpoint directory (its tokenizer beside it, "
-                                                 "unless it uses BERT's uncased vocabulary)")
+                                                 "unless it uses BERT's uncased vocabulary), or a MUX checkpoint "
+                                                 "to go on from at another --num-instances (a curriculum over N)")
     convert.add_argument("--gpu", action="store_true",
                          help="the GPU recipe: the measured recipe in bf16 (needs CUDA; flags still override it)")
     convert.set_defaults(func=_convert)

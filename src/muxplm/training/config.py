@@ -78,6 +78,9 @@ class TrainConfig:
     start_unmuxed_layers: int | None = setting(
         help="progressive multiplexing: start with this many unmuxed layers (a --init checkpoint's own count) and "
              "move the mixture down one layer at a time over the first 3/4 of the steps to --num-unmuxed-layers")
+    regroup_instances: bool = setting(
+        False, "with --init and another --num-instances than the checkpoint's (a curriculum over N): keep its "
+               "encoder and start only the per-instance keys of its multiplexer and demultiplexer afresh")
     mux_key_norm: float | None = setting(help="L2 norm of the multiplexing keys (new MUX models)")
     dropout: float | None = setting(help="hidden and attention dropout")
     model_overrides: JSONObject = setting(JSONObject(), 'JSON model config overrides, e.g. \'{"num_hidden_layers": 2}\'')

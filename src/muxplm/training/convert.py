@@ -1,5 +1,6 @@
 """``muxplm convert``: a plain pretrained encoder (any family of :mod:`muxplm.families`: BERT,
-ELECTRA, RoBERTa / XLM-R / CamemBERT, DistilBERT, MPNet) -> a MUX-PLM that fine-tunes well.
+ELECTRA, RoBERTa / XLM-R / CamemBERT, DistilBERT, MPNet) -> a MUX-PLM that fine-tunes well; or a
+MUX checkpoint -> the same encoder at another N (a curriculum over N, ``regroup_instances``).
 
 One priming stage on the plain model's own weights (warm start) with the conversion recipe
 below (optionally distilling the plain encoder's per-instance states: ``teacher``); the result
@@ -30,6 +31,14 @@ def conversion_settings(plain_dir: str | Path, num_instances: int, gpu: bool = F
         raise ValueError("the --gpu conversion recipe needs a CUDA device; without one, leave --gpu off "
                          "(the CPU recipe: minutes on two cores)")
     plain = AutoConfig.from_pretrained(plain_dir)
+    if plain.model_type.startswith("mux_"):
+        # A curriculum over N: go on from a MUX checkpoint's encoder (already used to mixtures) at
+        # another N, with its own demultiplexer type and unmuxed layers unless given.
+        if keep_layers:
+            raise ValueError("--keep-layers cuts a plain encoder; a MUX checkpoint keeps its layers")
+        recipe = {k: v for k, v in CONVERT_RECIPE.items() if k not in ("demux_type", "num_unmuxed_layers")}
+        return dict(recipe, **(GPU_CONVERT_RECIPE if gpu else {}), init=str(plain_dir), regroup_instances=True,
+                    num_instances=num_instances)
     family_of_plain_type(plain.model_type, f"convert {plain_dir}")  # a clear refusal of any other model
     settings = dict(CONVERT_RECIPE, **(GPU_CONVERT_RECIPE if gpu else {}), init_encoder=str(plain_dir),
                     num_instances=num_instances, mux_key_norm=math.sqrt(plain.hidden_size))

@@ -153,7 +153,8 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
     elif config.init:
         if config.model_overrides:
             raise ValueError("--model-overrides only applies to a fresh --preset model")
-        model = model_class.from_pretrained(config.init, **mux, **overrides, ignore_mismatched_sizes=classifier)
+        model = model_class.from_pretrained(config.init, **mux, **overrides, ignore_mismatched_sizes=classifier,
+                                            regroup=config.regroup_instances)
         _say_if_head_restarts(saved, model, config.init)
     elif config.init_encoder:
         mux.setdefault("num_instances", 2)
