@@ -53,6 +53,7 @@ class Row:
     finetune: dict = field(default_factory=dict)  # further fine-tuning settings (num_epochs: fixed)
     teacher: bool = False  # fine-tune on the soft labels of the plain MiniLM row's fine-tuned model too
     convert_from: str | None = None  # fine-tune another row's conversion (no conversion of its own)
+    regroup_from: str | None = None  # convert another row's conversion to this N (a curriculum over N)
     tasks: tuple[str, ...] | None = None  # these tasks only (default: the run's)
     int8: bool = True  # also score its int8 copy (with --int8)
 
@@ -140,6 +141,9 @@ def equal20_plan() -> list[Row]:
     # Sized for two CPU cores: 400 conversion steps of 32 groups, priming alone.
     rows.append(Row("n2-prog5-k0-400-ep20", 2, 0, steps=400, convert={"start_unmuxed_layers": "5", "batch_groups": "32"},
                     finetune=long))
+    # A curriculum over N: N = 5 at the bottom, from that N = 2 conversion's encoder, 400 more steps.
+    rows.append(Row("n5-k0-from-n2-400-ep20", 5, 0, steps=400, regroup_from="n2-prog5-k0-400-ep20",
+                    convert={"batch_groups": "32"}, finetune=long))
     return [dataclasses.replace(row, tasks=sentence) for row in rows]
 
 
@@ -216,7 +220,8 @@ def jobs_for(rows: list[Row], tasks, encoder: str, runs: Path, out: Path, device
                             logging_steps=str(max(row.steps // 50, 1)), **row.convert)
             if smoke:
                 settings.update(batch_groups="4", corpus_max_words="20000")
-            command = muxplm + ["convert", encoder, "--num-instances", str(row.num_instances),
+            source = str(runs / row.regroup_from / "convert") if row.regroup_from else encoder
+            command = muxplm + ["convert", source, "--num-instances", str(row.num_instances),
                                 "--output-dir", str(convert_dir)] + common
             command += [f"--{k.replace('_', '-')}={v}" for k, v in settings.items()]
             if row.keep:
@@ -224,6 +229,7 @@ def jobs_for(rows: list[Row], tasks, encoder: str, runs: Path, out: Path, device
             if row.distill:
                 command += ["--teacher", encoder, "--distill-weight", str(row.distill)]
             jobs.append(Job(f"{row.name}/convert", command, convert_dir / "train_results.json",
+                            after=[f"{row.regroup_from}/convert"] if row.regroup_from else [],
                             weight=row.steps * (2 if row.distill else 1)))
         for task in (t for t in tasks if row.tasks is None or t in row.tasks):
             folder = runs / row.name / task
