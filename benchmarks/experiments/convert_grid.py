@@ -144,6 +144,9 @@ def equal20_plan() -> list[Row]:
     # A curriculum over N: N = 5 at the bottom, from that N = 2 conversion's encoder, 400 more steps.
     rows.append(Row("n5-k0-from-n2-400-ep20", 5, 0, steps=400, regroup_from="n2-prog5-k0-400-ep20",
                     convert={"batch_groups": "32"}, finetune=long))
+    # ... and its control: N = 5 all the way, the same 800 steps (the mixture moved down over 600)
+    rows.append(Row("n5-prog5-k0-800-ep20", 5, 0, steps=800, convert={"start_unmuxed_layers": "5", "batch_groups": "32"},
+                    finetune=long))
     return [dataclasses.replace(row, tasks=sentence) for row in rows]
 
 
