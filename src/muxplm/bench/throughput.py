@@ -423,7 +423,7 @@ def time_checkpoints(
             model.eval()
             for runtime in runtimes:
                 if runtime == "onnx":  # exported from the model as loaded (float32, CPU), before the move below
-                    from ..serving.onnx_export import OnnxRuntimeClassifier, export_graph, int8_graph
+                    from ..serving.onnx_export import OnnxRuntimeClassifier, export_graph
 
                     graph = export_graph(model, Path(graphs) / f"{index}.onnx")["path"]
                 for choice in quantize:
@@ -431,8 +431,8 @@ def time_checkpoints(
                     if name in variants:
                         raise ValueError(f"two models are labelled {name!r}")
                     if runtime == "onnx":
-                        variants[name] = OnnxRuntimeClassifier(int8_graph(graph) if choice == "int8" else graph,
-                                                               model.config, threads=torch.get_num_threads())
+                        variants[name] = OnnxRuntimeClassifier(graph, model.config, threads=torch.get_num_threads(),
+                                                               quantize=choice)
                     else:  # the int8 copy comes from the model as loaded (float32, CPU), before the move below
                         variants[name] = quantize_dynamic_int8(model) if choice == "int8" else model
                     described[name] = dict(model=label, precision=PRECISION_NAMES[dtype if choice == "none" else choice],

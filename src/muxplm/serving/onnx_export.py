@@ -210,9 +210,11 @@ class OnnxRuntimeClassifier:
 
     device = torch.device("cpu")  # inputs are handed to ONNX Runtime from host memory
 
-    def __init__(self, path: str | os.PathLike, config, threads: int | None = None):
-        self.path, self.config = Path(path), config
-        self.session = onnx_session(path, threads, cpu_only=True)  # also where onnxruntime-gpu is installed
+    def __init__(self, path: str | os.PathLike, config, threads: int | None = None, quantize: str = "none"):
+        # ``quantize="int8"``: the int8 graph quantised from ``path`` (made when missing or stale)
+        self.path = int8_graph(path) if check_quantize(quantize) == "int8" else Path(path)
+        self.config = config
+        self.session = onnx_session(self.path, threads, cpu_only=True)  # also where onnxruntime-gpu is installed
 
     def __call__(self, *, composition_seed: int | None = None, ensemble: bool = False, **inputs) -> torch.Tensor:
         return run_graph(self.session, inputs, self.config.num_instances, self.config.pad_token_id or 0,

@@ -206,12 +206,11 @@ def evaluate_checkpoint(
 def _onnx_runtime_model(model, folder: Path, quantize: str):
     """The model's exported graph (within 1e-4 of PyTorch, else RuntimeError) in an ONNX Runtime
     session, int8-quantised by ONNX Runtime when asked."""
-    from ..serving.onnx_export import OnnxRuntimeClassifier, export_graph, int8_graph
+    from ..serving.onnx_export import OnnxRuntimeClassifier, export_graph
 
     graph = export_graph(model.eval(), folder / "model.onnx")["path"]
     # As many threads as PyTorch would use (OMP_NUM_THREADS / torch.set_num_threads)
-    return OnnxRuntimeClassifier(int8_graph(graph) if quantize == "int8" else graph, model.config,
-                                 threads=torch.get_num_threads())
+    return OnnxRuntimeClassifier(graph, model.config, threads=torch.get_num_threads(), quantize=quantize)
 
 
 def _max_length(model) -> int:
