@@ -150,6 +150,17 @@ def equal20_plan() -> list[Row]:
     return [dataclasses.replace(row, tasks=sentence) for row in rows]
 
 
+def equal40_plan() -> list[Row]:
+    """Twice the fine-tuning (40 epochs, sentiment) for the two N = 5 K = 0 conversions of equal20,
+    whose losses were still falling at 20, and for the 1-layer cut that runs as fast, by the same
+    rule (read from equal20's runs folder: no conversion of their own)."""
+    long = {"num_epochs": "40"}
+    rows = [Row("minilm-cut1-ep40", keep=1, finetune=long)]
+    rows += [Row(f"{name}-ep40", 5, 0, steps=steps, convert_from=f"{name}-ep20", finetune=long)
+             for name, steps in (("n5-k0-from-n2-400", 400), ("n5-prog5-k0-800", 800))]
+    return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
+
+
 def data8k_plan() -> list[Row]:
     """More labelled data at the same fine-tuning compute (sentiment): 8,000 examples for 5
     epochs against the 2,000 x 20 epochs of the equal20 / stack20 rows, for the 1- and 2-layer
@@ -194,7 +205,7 @@ def smoke_plan() -> list[Row]:
 
 PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan, "smoke": smoke_plan,
          "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan,
-         "stack20": stack20_plan, "equal20": equal20_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
+         "stack20": stack20_plan, "equal20": equal20_plan, "equal40": equal40_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
          "mpnet-gpu": mpnet_gpu_plan}
 CONVERT = dict(batch_groups="64", lr="5e-4", encoder_lr="1e-4", warmup_ratio="0.1", max_length="32")
 
