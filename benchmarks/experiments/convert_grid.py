@@ -151,13 +151,14 @@ def equal20_plan() -> list[Row]:
 
 
 def equal40_plan() -> list[Row]:
-    """Twice the fine-tuning (40 epochs, sentiment) for the two N = 5 K = 0 conversions of equal20,
-    whose losses were still falling at 20, and for the 1-layer cut that runs as fast, by the same
-    rule (read from equal20's runs folder: no conversion of their own)."""
+    """Twice the fine-tuning (40 epochs, sentiment) for the K = 0 conversions of equal20 (N = 5: the
+    curriculum and its control, whose losses were still falling at 20; N = 2) and for the 1- and
+    2-layer cuts that run as fast, by the same rule (conversions read from equal20's runs folder)."""
     long = {"num_epochs": "40"}
-    rows = [Row("minilm-cut1-ep40", keep=1, finetune=long)]
-    rows += [Row(f"{name}-ep40", 5, 0, steps=steps, convert_from=f"{name}-ep20", finetune=long)
-             for name, steps in (("n5-k0-from-n2-400", 400), ("n5-prog5-k0-800", 800))]
+    rows = [Row(f"minilm-cut{k}-ep40", keep=k, finetune=long) for k in (1, 2)]
+    rows += [Row(f"{name}-ep40", n, 0, steps=steps, convert_from=f"{name}-ep20", finetune=long)
+             for name, n, steps in (("n5-k0-from-n2-400", 5, 400), ("n5-prog5-k0-800", 5, 800),
+                                    ("n2-prog5-k0-400", 2, 400))]
     return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
 
 
