@@ -143,3 +143,44 @@ def test_a_composition_consistency_step_reads_nothing_back_from_the_device(kind)
     batch = random_batch(batch_size=6)
     batch["labels"] = _labels(kind, batch)
     CompositionConsistency(4.0)(model, {key: value.to("meta") for key, value in batch.items()}).loss.backward()
+
+
+INFERENCE_HEADS = {"sentence": MuxBertForSequenceClassification, "token": MuxBertForTokenClassification}
+
+
+@pytest.mark.parametrize("ensemble", [False, True], ids=["throughput", "ensemble"])
+@pytest.mark.parametrize("combo", [c for c in COMBOS if c[0] == 2], ids=[i for c, i in zip(COMBOS, COMBO_IDS) if c[0] == 2])
+def test_an_inference_pass_on_inputs_checked_on_the_host_reads_nothing_back(combo, ensemble):
+    """What the Predictor and the throughput timer run: inputs validated on the host, then a
+    pass that never waits for the device (meta tensors raise on any host read)."""
+    from muxplm.devices import inputs_checked_on_host
+
+    n, mux, demux = combo
+    for head, model_class in INFERENCE_HEADS.items():
+        model = model_class(micro_config(num_instances=n, mux_type=mux, demux_type=demux, num_labels=3,
+                                         num_unmuxed_layers=1, num_hidden_layers=2)).eval().to("meta")
+        batch = {key: value.to("meta") for key, value in random_batch(batch_size=9).items()}
+        with torch.no_grad():
+            with pytest.raises(Exception):  # the default: an evaluation pass checks the ids on the host
+                model(**batch, ensemble=ensemble)
+            with inputs_checked_on_host():
+                logits = model(**batch, ensemble=ensemble).logits
+        assert logits.shape[0] == 9, head
+
+
+def test_a_checked_inference_pass_compiles_to_one_graph_with_the_same_outputs():
+    """torch.compile captures the whole pass (fullgraph=True fails on any graph break: a host
+    read, a data-dependent shape), fillers and an unmuxed layer included; outputs unchanged."""
+    from muxplm.devices import host_checks_wanted, inputs_checked_on_host
+
+    torch.manual_seed(0)
+    model = MuxBertForSequenceClassification(micro_config(num_instances=2, num_labels=3, num_unmuxed_layers=1,
+                                                          num_hidden_layers=2)).eval()
+    batch = random_batch(batch_size=7)  # 7 = 3 groups of 2 and a filler
+    compiled = torch.compile(model, fullgraph=True, backend="eager", dynamic=False)
+    with torch.no_grad(), inputs_checked_on_host():
+        assert not host_checks_wanted(batch["input_ids"], training=False)
+        got = compiled(**batch).logits
+    assert host_checks_wanted(batch["input_ids"], training=False)  # the context ends with its block
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(**batch).logits)

@@ -3,6 +3,9 @@ a model (serve, evaluate), and what a forward pass may read back from that devic
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -25,13 +28,48 @@ def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tupl
     return device, dtype
 
 
+# Instances per forward pass when none is asked for. A CPU is compute-bound well before 64, so
+# more only adds latency; a GPU running a multiplexed model at the paper's 128 instances a batch is
+# launch-bound (the throughput benchmark's H100 figures: about 6 ms a batch whatever N), so it gets
+# 128 groups of N instances.
+CPU_BATCH_SIZE = 64
+GPU_GROUPS = 128
+
+
+def default_batch_size(device: torch.device | str, num_instances: int) -> int:
+    """Instances per forward pass that suit ``device``: 64 on a CPU, ``128 * num_instances``
+    on an accelerator."""
+    return CPU_BATCH_SIZE if torch.device(device).type == "cpu" else GPU_GROUPS * num_instances
+
+
+_checked = threading.local()
+
+
+@contextlib.contextmanager
+def inputs_checked_on_host():
+    """Run forward passes whose inputs the caller has already validated on the host (the
+    :class:`~muxplm.serving.Predictor` checks its CPU tensors before moving them): inside,
+    :func:`host_checks_wanted` is False on every device, so a forward pass reads nothing back
+    from the device, and ``torch.compile`` captures it as one graph (CUDA graphs included).
+    Per thread: a model run by another thread keeps its checks."""
+    previous = getattr(_checked, "active", False)
+    _checked.active = True
+    try:
+        yield
+    finally:
+        _checked.active = previous
+
+
 def host_checks_wanted(tensor: torch.Tensor, training: bool) -> bool:
     """Whether the host may read values that live on the device (a range check, a boolean
     selection whose size depends on the data): always for CPU tensors (free) and outside
     training (a clear error or a compact output is worth one sync); not in a training step on an
     accelerator, whose batches come from the stage's own tokenizer and collators (checked when
     the stage starts), so that the step does not wait for the host. The losses then take their
-    fixed-shape forms (every position scored, the unscored ones weighted out)."""
+    fixed-shape forms (every position scored, the unscored ones weighted out). Never inside
+    :func:`inputs_checked_on_host`."""
+    if getattr(_checked, "active", False):
+        return False
     return tensor.device.type == "cpu" or not training
 
 

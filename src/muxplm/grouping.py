@@ -84,17 +84,31 @@ def plan_groups(
     with recurring batch shapes builds each one once, not on every forward pass.
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
+    batch_size, num_instances = int(batch_size), int(num_instances)
+    if batch_size < 1:
+        raise ValueError(f"cannot group an empty batch (batch_size={batch_size})")
+    padded = -(-batch_size // num_instances) * num_instances
+    order, is_real, slot_of = _plan_tensors(batch_size, num_instances, None if seed is None else int(seed),
+                                            bool(ensemble), device)
+    return GroupPlan(order=order, is_real=is_real, slot_of=slot_of, batch_size=batch_size,
+                     num_instances=num_instances, num_copies=order.numel() // padded,
+                     has_fillers=padded > batch_size)
+
+
+# Under torch.compile a plan is data, not computation (it depends on Python values only): the
+# compiler calls this eagerly and bakes its tensors into the graph, which then reads nothing
+# back from the device.
+@torch.compiler.assume_constant_result
+def _plan_tensors(batch_size: int, num_instances: int, seed: int | None, ensemble: bool, device):
     # A plan first built under inference_mode must still serve later autograd passes, so its
     # tensors are always created as normal tensors.
     with torch.inference_mode(False):
-        return _cached_plan(int(batch_size), int(num_instances), None if seed is None else int(seed),
-                            bool(ensemble), device)
+        return _cached_plan(batch_size, num_instances, seed, ensemble, device)
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_plan(batch_size: int, num_instances: int, seed: int | None, ensemble: bool, device) -> GroupPlan:
-    if batch_size < 1:
-        raise ValueError(f"cannot group an empty batch (batch_size={batch_size})")
+def _cached_plan(batch_size: int, num_instances: int, seed: int | None, ensemble: bool,
+                 device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     n = num_instances
     num_groups = -(-batch_size // n)
     padded = num_groups * n
@@ -119,13 +133,4 @@ def _cached_plan(batch_size: int, num_instances: int, seed: int | None, ensemble
         slot_of[copy * batch_size + instance_at[real]] = target[real]
 
     is_real = order >= 0
-    order = order.clamp(min=0)
-    return GroupPlan(
-        order=order.to(device),
-        is_real=is_real.to(device),
-        slot_of=slot_of.to(device),
-        batch_size=batch_size,
-        num_instances=n,
-        num_copies=num_copies,
-        has_fillers=bool(not is_real.all()),
-    )
+    return order.clamp(min=0).to(device), is_real.to(device), slot_of.to(device)

@@ -107,6 +107,21 @@ def test_int8_outside_cpu_float32_is_recorded_as_failure():
     assert "float32 only" in report["results"][0]["error"]
 
 
+def test_cuda_graphs_off_a_gpu_are_recorded_as_failure_and_timed_passes_read_nothing_back(monkeypatch):
+    from muxplm import devices, timing
+
+    specs = [ModelSpec("tiny", variant="graphs"), ModelSpec("tiny")]
+    report = run_throughput(specs, ("sentence",), batch_size=2, seq_len=4, warmup=0, trials=1, batches=1,
+                            log=lambda _: None)
+    errors = {row["variant"]: row.get("error") for row in report["results"]}
+    assert "needs --device cuda" in errors["graphs"] and errors["default"] is None
+    # The timer runs passes as the Predictor does: inputs checked on the host, none read back.
+    seen = []
+    model = lambda **_: seen.append(devices.host_checks_wanted(torch.zeros(1), training=False))  # noqa: E731
+    timing.time_batches(model, {}, 2, "cpu")
+    assert seen == [False, False]
+
+
 def _row(size, n, throughput, implementation="muxplm", head="sentence"):
     mux = ("identity", "identity") if n == 1 else ("gaussian_hadamard", "rsa")
     spec = ModelSpec(size, n, *mux, implementation=implementation)

@@ -571,3 +571,13 @@ def test_a_non_json_body_is_415_and_the_slash_redirect_is_relative(predictor):
     assert bare.status_code == 200, bare.text  # read as JSON, as before
     assert slash.status_code == 307 and slash.headers["location"] == "/predict"
     assert health.status_code == 307 and health.headers["location"] == "/health?x=1"
+
+
+def test_batch_and_queue_defaults_follow_the_predictor(predictor):
+    from muxplm.serving import create_app
+    from muxplm.serving.limits import default_max_queue
+
+    app = create_app(predictor)  # no --max-batch: the predictor's own (64 on this CPU)
+    batcher = app.api.state.batcher
+    assert batcher.max_batch == predictor.batch_size == 64 and batcher.max_queue == 1024
+    assert default_max_queue(1280) == 5120  # N = 10 on a GPU: 1,280 a batch, four batches queued

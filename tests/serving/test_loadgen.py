@@ -29,3 +29,20 @@ def test_serve_bench_runs_servers_and_reports_both_rates(tmp_path):
         assert run["errors"] == 0 and run["requests"] == 40
         assert run["requests_per_s"] > 0 and run["requests_per_s_overall"] > 0
     assert report["summary"]["torch"]["by_num_instances"]["1"]["speedup_vs_n1"] == 1.0
+
+
+def test_serve_bench_takes_server_defaults_and_flags_for_a_gpu(monkeypatch):
+    from muxplm.cli import build_parser
+    from muxplm.serving import loadgen
+
+    args = build_parser().parse_args(["serve-bench", "--max-batch", "auto",
+                                      "--server-flags", "--device cuda --dtype bfloat16 --compile reduce-overhead"])
+    assert args.max_batch is None
+    assert args.server_flags == ["--device", "cuda", "--dtype", "bfloat16", "--compile", "reduce-overhead"]
+    launched = []
+    monkeypatch.setattr(loadgen.subprocess, "Popen", lambda command, **_: launched.append(command))
+    loadgen.ServerProcess("model", threads=1, max_batch=None, max_wait_ms=5, max_queue=None, max_length=64,
+                          server_flags=tuple(args.server_flags))
+    command = launched[0]
+    assert "--max-batch" not in command and "--max-queue" not in command  # the server's device defaults
+    assert command[-6:] == args.server_flags

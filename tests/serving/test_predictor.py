@@ -174,3 +174,61 @@ def test_a_lone_request_shares_its_group_with_recent_traffic(sentence_dir):
     group = ["a lonely request", "and a third", "a second one", "the first request", "and a third"]
     assert torch.allclose(output, model_logits(predictor, group)[0], atol=1e-5)
     assert not torch.allclose(output, model_logits(predictor, ["a lonely request"] * 5).mean(0), atol=1e-4)
+
+
+def _eager_graph(monkeypatch):
+    """torch.compile as the Predictor calls it, captured whole (fullgraph: any host read or graph
+    break fails) and run by the eager backend, so the test takes seconds, not an Inductor build."""
+    calls = []
+    real = torch.compile
+
+    def capture(model, **kwargs):
+        calls.append(kwargs)
+        return real(model, fullgraph=True, backend="eager", dynamic=kwargs.get("dynamic"))
+
+    monkeypatch.setattr(torch, "compile", capture)
+    return calls
+
+
+@pytest.mark.parametrize("mode", ["throughput", "ensemble"])
+def test_a_compiled_predictor_pads_to_few_shapes_and_predicts_the_same(sentence_dir, token_dir, monkeypatch, mode):
+    calls = _eager_graph(monkeypatch)
+    for folder, texts in ((sentence_dir, TEXTS), (token_dir, ["the cat sat", "a dog barked at the moon", "hi"])):
+        plain = Predictor.from_pretrained(folder, max_length=40)
+        compiled = Predictor.from_pretrained(folder, max_length=40, compile="default")
+        assert compiled.describe()["compile"] == "default" and calls[-1]["mode"] == "default"
+        encoded = compiled.encode(texts)
+        rows, length = compiled.pass_shape(encoded, ensemble=mode == "ensemble")
+        n = compiled.num_instances
+        longest = max(len(item) for item in encoded)
+        if mode == "throughput":  # length bucketed, empty rows to a power of two of groups
+            assert rows % n == 0 and (rows // n) & (rows // n - 1) == 0 and rows >= len(texts)
+            assert length in (16, 32, 40) and length >= longest
+        else:  # run eagerly: the copies' layout depends on the number of groups
+            assert (rows, length) == (len(texts), longest)
+        assert plain.pass_shape(encoded) == (len(texts), longest)
+        for want, got in zip(plain.run(plain.encode(texts), ensemble=mode == "ensemble"),
+                             compiled.run(encoded, ensemble=mode == "ensemble")):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_compile_modes_are_checked_and_batch_sizes_follow_the_device(sentence_dir):
+    from muxplm.devices import default_batch_size
+
+    with pytest.raises(ValueError, match="compile must be one of"):
+        Predictor.from_pretrained(sentence_dir, compile="fast")
+    with pytest.raises(ValueError, match="CUDA graphs"):
+        Predictor.from_pretrained(sentence_dir, compile="reduce-overhead")
+    with pytest.raises(ValueError, match="int8"):
+        Predictor.from_pretrained(sentence_dir, compile="default", quantize="int8")
+    assert Predictor.from_pretrained(sentence_dir).batch_size == 64  # N = 5 on a CPU
+    assert Predictor.from_pretrained(sentence_dir, batch_size=10).batch_size == 10
+    assert default_batch_size("cuda", 5) == 640 and default_batch_size("cpu", 10) == 64
+
+
+def test_a_compiled_predictor_runs_through_inductor(sentence_dir):
+    """The real compiler once (CPU Inductor): same predictions as the model run eagerly."""
+    plain = Predictor.from_pretrained(sentence_dir, max_length=16)
+    compiled = Predictor.from_pretrained(sentence_dir, max_length=16, compile="default")
+    for want, got in zip(plain.predict(TEXTS), compiled.predict(TEXTS)):
+        assert want["label"] == got["label"] and abs(want["score"] - got["score"]) < 1e-4

@@ -15,6 +15,8 @@ complementary speed-up on every model of the grid so one can see whether gains m
 * ``eager``   — ``attn_implementation="eager"``;
 * ``int8``    — ``torch.ao.quantization.quantize_dynamic`` on the Linear layers (CPU only);
 * ``compile`` — ``torch.compile(model)`` (failures are recorded, not raised);
+* ``graphs``  — ``torch.compile(model, mode="reduce-overhead")``: the pass replayed as CUDA
+  graphs, against the kernel-launch floor of small batches (CUDA only; failures recorded);
 * ``bfloat16`` / ``float16`` — the model cast to that precision (meant for GPUs).
 
 ``speedup_vs_n1`` is against the N = 1 model of the same variant, ``speedup_vs_default_n1``
@@ -46,7 +48,8 @@ from ..quantization import QUANTIZE_CHOICES, check_quantize, quantize_dynamic_in
 from ..timing import CLOCKS, random_inputs, rates, round_robin, side_by_side, time_batches
 
 HEADS = ("sentence", "token")
-VARIANTS = ("default", "eager", "int8", "compile", "bfloat16", "float16")
+VARIANTS = ("default", "eager", "int8", "compile", "graphs", "bfloat16", "float16")
+COMPILED = ("compile", "graphs")  # variants that compile on first use: warmed up first, failures recorded
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PRECISION_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "int8"}
 # Where a checkpoint runs when timed: PyTorch eager, or its exported graph in ONNX Runtime (CPU).
@@ -165,6 +168,10 @@ def build_model(spec: ModelSpec, head: str, device: torch.device, dtype: torch.d
     model = model.to(device=device, dtype=dtype)
     if spec.variant == "compile":
         model = torch.compile(model)
+    if spec.variant == "graphs":
+        if device.type != "cuda":
+            raise ValueError("the graphs variant replays CUDA graphs: it needs --device cuda")
+        model = torch.compile(model, mode="reduce-overhead")
     return model
 
 
@@ -247,11 +254,12 @@ def _time_group(group, head, inputs, warmup, trials, batches, device, dtype, bat
             model = build_model(spec, head, device, dtype)
             with torch.inference_mode():
                 start = time.perf_counter()
-                time_batches(model, inputs, max(warmup, 1 if spec.variant == "compile" else 0), device)
+                # CUDA graphs are recorded on the second or third call: warm up past that.
+                time_batches(model, inputs, max(warmup, 3 if spec.variant in COMPILED else 0), device)
             models[spec] = model
             log(f"   ready {spec.name} (warm-up {time.perf_counter() - start:.1f}s)")
         except Exception as error:  # noqa: BLE001 — a variant that cannot run is a result, not a crash
-            if spec.variant != "compile" and not isinstance(error, ValueError):
+            if spec.variant not in COMPILED and not isinstance(error, ValueError):
                 raise
             errors[spec] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             log(f"   FAILED {spec.name}: {errors[spec]}")

@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 import torch
 
 from .limits import check_wait_ms
-from .predictor import Encoded, InputTooLongError, InvalidTextError, Predictor
+from .predictor import Encoded, InputTooLongError, InvalidTextError, Predictor, length_bucket
 
 logger = logging.getLogger(__name__)
 
@@ -95,17 +95,7 @@ def _renumbered(item, offset: int):
 # Deterministic mode: passes of this many groups (plus one that fixes the padded length), whatever
 # the load, so that every pass has the same shape and a group's outputs do not depend on the others.
 DETERMINISTIC_GROUPS = 8
-_MIN_BUCKET = 16
 _RECENT_TENANTS = 1024  # tenants whose recent traffic is kept (companions=K with isolate_tenants)
-
-
-def length_bucket(length: int, max_length: int) -> int:
-    """The padded length of a deterministic pass holding an input of ``length`` tokens: the next
-    power of two from 16, at most ``max_length``."""
-    bucket = _MIN_BUCKET
-    while bucket < length:
-        bucket *= 2
-    return max(length, min(bucket, max_length))
 
 
 class DynamicBatcher:

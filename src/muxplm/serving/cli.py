@@ -7,9 +7,11 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from ..quantization import QUANTIZE_CHOICES
 from . import limits
+from .predictor import COMPILE_MODES
 
 
 def register(subparsers) -> None:
@@ -20,12 +22,14 @@ def register(subparsers) -> None:
     serve.add_argument("model_dir", help="checkpoint folder (config.json, model.safetensors, tokenizer files)")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=limits.port, default=8000, help="0..65535 (0: any free port)")
-    serve.add_argument("--max-batch", type=limits.positive_int, default=64,
-                       help="most instances per forward pass and per request")
+    serve.add_argument("--max-batch", type=limits.positive_int, default=None,
+                       help="most instances per forward pass and per request (default: 64 on a CPU, "
+                       "N x 128 on a GPU)")
     serve.add_argument("--max-wait-ms", type=limits.wait_ms, default=5.0,
                        help="longest wait for a batch to fill (0..60000)")
-    serve.add_argument("--max-queue", type=limits.positive_int, default=1024,
-                       help="most queued instances before answering 429 (at least --max-batch)")
+    serve.add_argument("--max-queue", type=limits.positive_int, default=None,
+                       help="most queued instances before answering 429 (at least --max-batch; default: "
+                       "1024 or four batches, whichever is more)")
     serve.add_argument("--max-length", type=limits.positive_int, default=128, help="most tokens per input (longer: 413)")
     serve.add_argument("--no-fill-slots", dest="fill_slots", action="store_false",
                        help="leave a part-filled group's empty slots as fillers (no companions, no copies)")
@@ -49,6 +53,9 @@ def register(subparsers) -> None:
     serve.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
                        help="int8: dynamic int8 quantisation of the linear layers (CPU only; with --backend onnx, "
                        "ONNX Runtime's quantisation of the exported graph)")
+    serve.add_argument("--compile", choices=COMPILE_MODES, default="none",
+                       help="torch.compile the forward pass (reduce-overhead: and replay it as CUDA graphs, "
+                       "CUDA only); inputs are padded to few shapes, each compiled on first use")
     serve.add_argument("--log-level", default="info")
     limits.add_limit_arguments(serve)
     serve.set_defaults(func=_serve)
@@ -84,6 +91,10 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _batch_or_auto(text: str) -> int | None:
+    return None if text == "auto" else limits.positive_int(text)
+
+
 def _bench_arguments(parser) -> None:
     parser.add_argument("--out-dir", default="benchmarks/results/serve")
     parser.add_argument("--num-instances", type=_ints, default=(1, 2, 5, 10), help="e.g. 1,2,5,10")
@@ -94,9 +105,13 @@ def _bench_arguments(parser) -> None:
     parser.add_argument("--preset", default="tiny", help="model size preset (tiny/small/base/large)")
     parser.add_argument("--layers", type=int, default=4, help="encoder layers of the benchmarked models")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each server")
-    parser.add_argument("--max-batch", type=int, default=64)
+    parser.add_argument("--max-batch", type=_batch_or_auto, default=64,
+                        help="every server's --max-batch, or auto: each server's default (N x 128 on a GPU)")
     parser.add_argument("--max-wait-ms", type=float, default=5.0)
     parser.add_argument("--backends", default="torch", help="torch,onnx")
+    parser.add_argument("--server-flags", type=shlex.split, default=[],
+                        help='more `muxplm serve` flags for every server, e.g. "--device cuda --dtype bfloat16 '
+                        '--compile reduce-overhead"')
     parser.add_argument("--tag", default="serve_bench", help="file name stem of the JSON and PNG")
     parser.set_defaults(func=_serve_bench)
 
@@ -108,6 +123,7 @@ def _serve(args) -> int:
           max_queue=args.max_queue, max_length=args.max_length, fill_slots=args.fill_slots, companions=args.companions,
           threads=args.threads,
           backend=args.backend, log_level=args.log_level, device=args.device, dtype=args.dtype, quantize=args.quantize,
+          compile=args.compile,
           companion_texts=args.companion_texts, isolate_tenants=args.isolate_tenants, deterministic=args.deterministic,
           **limits.limit_kwargs(args))
     return 0
@@ -131,7 +147,7 @@ def _serve_bench(args) -> int:
         args.out_dir, num_instances=args.num_instances, concurrency=args.concurrency,
         requests_per_level=args.requests, time_limit=args.time_limit, words=args.words, preset=args.preset,
         num_layers=args.layers, threads=args.threads, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-        backends=tuple(args.backends.split(",")), tag=args.tag,
+        backends=tuple(args.backends.split(",")), tag=args.tag, server_flags=tuple(args.server_flags),
     )
     for backend, summary in report["summary"].items():
         for n, row in summary["by_num_instances"].items():

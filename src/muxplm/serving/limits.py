@@ -81,6 +81,12 @@ def check_wait_ms(value: float) -> float:
     return value
 
 
+def default_max_queue(max_batch: int) -> int:
+    """Queued instances before 429 when ``--max-queue`` is not given: 1,024, and at least four
+    full batches (a GPU's batch of N x 128 is larger than a CPU's 64)."""
+    return max(1024, 4 * max_batch)
+
+
 def check_serve_options(*, max_batch: int, max_queue: int) -> None:
     """What no single flag can check; raises ``ValueError`` naming the flags."""
     if max_queue < max_batch:

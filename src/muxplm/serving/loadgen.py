@@ -67,13 +67,16 @@ def _free_port() -> int:
 class ServerProcess:
     """``muxplm serve`` in a child process on 127.0.0.1; stopped with SIGTERM (graceful)."""
 
-    def __init__(self, model_dir: Path, *, threads: int, max_batch: int, max_wait_ms: float, max_queue: int,
-                 max_length: int, backend: str = "torch", server_flags: tuple[str, ...] = ()):
+    def __init__(self, model_dir: Path, *, threads: int, max_batch: int | None, max_wait_ms: float,
+                 max_queue: int | None, max_length: int, backend: str = "torch", server_flags: tuple[str, ...] = ()):
+        """``max_batch`` / ``max_queue`` ``None``: the server's defaults, which follow its device."""
         self.port = _free_port()
+        limits = [] if max_batch is None else ["--max-batch", str(max_batch)]
+        limits += [] if max_queue is None else ["--max-queue", str(max_queue)]
         command = [
             sys.executable, "-m", "muxplm.cli", "serve", str(model_dir), "--host", "127.0.0.1",
-            "--port", str(self.port), "--threads", str(threads), "--max-batch", str(max_batch),
-            "--max-wait-ms", str(max_wait_ms), "--max-queue", str(max_queue), "--max-length", str(max_length),
+            "--port", str(self.port), "--threads", str(threads), *limits,
+            "--max-wait-ms", str(max_wait_ms), "--max-length", str(max_length),
             "--backend", backend, "--log-level", "warning", *server_flags,
         ]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -232,7 +235,7 @@ def run_serve_bench(
     preset: str = "tiny",
     num_layers: int = 4,
     threads: int = 1,
-    max_batch: int = 64,
+    max_batch: int | None = 64,
     max_wait_ms: float = 5.0,
     max_length: int = 128,
     backends: tuple[str, ...] = ("torch",),
@@ -241,7 +244,9 @@ def run_serve_bench(
     server_flags: tuple[str, ...] = (),
 ) -> dict:
     """Run the benchmark and save ``{tag}.json`` and ``{tag}.png`` under ``out_dir``.
-    ``server_flags``: more ``muxplm serve`` flags for every server (e.g. ``("--deterministic",)``)."""
+    ``server_flags``: more ``muxplm serve`` flags for every server (e.g. ``("--deterministic",)``, or
+    ``("--device", "cuda", "--dtype", "bfloat16")``); ``max_batch=None``: each server's default
+    batch and queue (on a GPU N x 128 instances a pass)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts = make_texts(max(concurrency) * 4 + requests_per_level, words)
@@ -252,7 +257,8 @@ def run_serve_bench(
                 n, Path(scratch), preset, num_layers)
             for backend in backends:
                 server = ServerProcess(folder, threads=threads, max_batch=max_batch, max_wait_ms=max_wait_ms,
-                                       max_queue=max(max(concurrency) * 4, max_batch), max_length=max_length, backend=backend,
+                                       max_queue=None if max_batch is None else max(max(concurrency) * 4, max_batch),
+                                       max_length=max_length, backend=backend,
                                        server_flags=tuple(server_flags))
                 try:
                     server.wait_ready()

@@ -266,7 +266,7 @@ class OnnxPredictor(Predictor):
 
     @classmethod
     def from_pretrained(cls, path, *, onnx_path=None, threads: int | None = None, max_length: int = 128,
-                        batch_size: int = 64, quantize: str = "none", **kwargs) -> "OnnxPredictor":
+                        batch_size: int | None = None, quantize: str = "none", **kwargs) -> "OnnxPredictor":
         """``path``: the PyTorch checkpoint (config, tokenizer); ``onnx_path``: an exported graph
         (default: export into ``path/onnx`` when missing); ``quantize="int8"``: run its int8
         dynamically quantised graph (``model.int8.onnx`` next to it, made when missing or stale)."""
@@ -276,7 +276,7 @@ class OnnxPredictor(Predictor):
             if not export_is_current(path, onnx_path):  # missing, or the checkpoint changed since
                 export_onnx(path, onnx_path.parent)
         return cls(torch_predictor.model, torch_predictor.tokenizer, onnx_path, threads=threads, quantize=quantize,
-                   max_length=max_length, batch_size=batch_size)
+                   max_length=max_length, batch_size=torch_predictor.batch_size)
 
     def run(self, encoded, *, ensemble: bool = False) -> list[torch.Tensor]:
         logits = run_graph(self.session, self.collate(encoded), self.num_instances,

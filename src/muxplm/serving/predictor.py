@@ -18,12 +18,37 @@ from typing import Sequence
 import torch
 
 import muxplm
-from muxplm.devices import check_finite_weights, resolve_device
+from muxplm.devices import check_finite_weights, default_batch_size, inputs_checked_on_host, resolve_device
+from muxplm.modeling_mux import validate_inputs
 from muxplm.quantization import check_quantize, quantize_dynamic_int8
 from muxplm.vocabulary import tokenizer_source
 
 TASKS = ("sentence", "token", "reconstruct")
 MODES = ("throughput", "ensemble")
+# torch.compile's modes; "reduce-overhead" replays CUDA graphs (CUDA only).
+COMPILE_MODES = ("none", "default", "reduce-overhead")
+_MIN_BUCKET = 16
+
+
+def length_bucket(length: int, max_length: int) -> int:
+    """The padded length of a pass whose longest input has ``length`` tokens when passes must
+    come in few shapes (a compiled model, the server's deterministic mode): the next power of
+    two from 16, at most ``max_length``."""
+    bucket = _MIN_BUCKET
+    while bucket < length:
+        bucket *= 2
+    return max(length, min(bucket, max_length))
+
+
+def check_compile(mode: str, device: torch.device | str = "cpu", quantize: str = "none") -> str:
+    """``mode`` if a Predictor can compile so on ``device``, else a ``ValueError`` saying why."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
+    if mode == "reduce-overhead" and torch.device(device).type != "cuda":
+        raise ValueError("compile='reduce-overhead' replays CUDA graphs: it needs a CUDA device (on a CPU use 'default')")
+    if mode != "none" and quantize != "none":
+        raise ValueError("compiling an int8 dynamically quantised model is not supported: use one or the other")
+    return mode
 
 # Model class name suffix -> the kind of prediction it serves.
 _TASK_OF_ARCHITECTURE = {
@@ -117,15 +142,32 @@ class Predictor:
         tokenizer: a fast tokenizer (token tasks need ``word_ids``).
         max_length: longest tokenized input accepted (longer ones raise
             :class:`InputTooLongError` unless ``truncate=True``).
-        batch_size: instances per forward pass in :meth:`predict`.
+        batch_size: instances per forward pass in :meth:`predict`; ``None``: what suits the
+            model's device (:func:`muxplm.devices.default_batch_size`: 64 on a CPU, N x 128 on a GPU).
         quantize: ``"int8"`` runs an int8 dynamically quantised copy of ``model`` (CPU,
             float32 weights; :func:`muxplm.quantization.quantize_dynamic_int8`), ``"none"`` the model as given.
+        compile: ``"default"`` runs throughput passes through ``torch.compile``,
+            ``"reduce-overhead"`` also replays them as CUDA graphs (CUDA only). Their inputs are
+            then padded to few shapes (lengths to powers of two, batches to a power of two of
+            groups, with empty rows that share no group with real ones), each compiled on first
+            use; a prediction does not change with the padding. Ensemble passes (the server's
+            light-load mode) run eagerly: their layout of copies depends on the batch size.
+
+    Every pass is validated on the host before its tensors move to the model's device, and runs
+    inside :func:`muxplm.devices.inputs_checked_on_host`: the forward pass reads nothing back
+    from a GPU.
     """
 
-    def __init__(self, model, tokenizer, *, max_length: int = 128, batch_size: int = 64, quantize: str = "none"):
+    def __init__(self, model, tokenizer, *, max_length: int = 128, batch_size: int | None = None,
+                 quantize: str = "none", compile: str = "none"):
         self.quantize = check_quantize(quantize)
+        device = next(model.parameters()).device
+        self.compile = check_compile(compile, device, self.quantize)
         check_finite_weights(model, f"{type(model).__name__} ({getattr(model, 'name_or_path', '') or 'in memory'})")
         self.model = quantize_dynamic_int8(model) if self.quantize == "int8" else model.eval()
+        # The compiled callable shares the model's weights; dynamic=False: one graph per padded shape.
+        self._compiled = None if self.compile == "none" else \
+            torch.compile(self.model, mode=self.compile, dynamic=False)
         self.tokenizer = tokenizer
         self.task = task_of(model)
         if self.task == "token" and not getattr(tokenizer, "is_fast", False):
@@ -133,12 +175,21 @@ class Predictor:
         room = model.config.max_input_tokens
         if not 2 <= max_length <= room:
             raise ValueError(f"max_length must lie in [2, {room}] for this model, got {max_length}")
+        if batch_size is None:
+            batch_size = default_batch_size(device, model.config.num_instances)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.max_length = max_length
         self.batch_size = batch_size
         config = model.config
         self.num_instances = config.num_instances
+        if self._compiled is not None:
+            # Every padded shape is a recompilation of the same code: allow them all (Dynamo's
+            # default of 8 would send the rest to eager mode).
+            groups = -(-batch_size // self.num_instances)
+            lengths = {length_bucket(length, max_length) for length in range(2, max_length + 1)}
+            shapes = ((groups - 1).bit_length() + 1) * len(lengths)
+            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, shapes)
         self.is_regression = self.task == "sentence" and (
             config.num_labels == 1 or config.problem_type == "regression"
         )
@@ -155,18 +206,21 @@ class Predictor:
         *,
         tokenizer_path: str | os.PathLike | None = None,
         max_length: int = 128,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         device: str | torch.device = "cpu",
         dtype: str | torch.dtype = "float32",
         quantize: str = "none",
+        compile: str = "none",
     ) -> "Predictor":
         """Load a checkpoint folder (``config.json`` naming the architecture, weights and,
         optionally, tokenizer files; without them the default MiniLM/BERT-uncased tokenizer, for
         the families that use that vocabulary: :func:`muxplm.vocabulary.tokenizer_source`)
         onto ``device`` in ``dtype`` (``float32``, ``bfloat16``; ``float16`` on CUDA only);
-        ``quantize="int8"``: int8 dynamic quantisation (CPU and float32 only)."""
+        ``quantize="int8"``: int8 dynamic quantisation (CPU and float32 only); ``compile``: see
+        the class."""
         check_quantize(quantize, device, dtype)  # before the device check: a GPU machine or not, int8 is refused there
         device, dtype = resolve_device(device, dtype)
+        check_compile(compile, device, quantize)
         from transformers import AutoTokenizer
 
         folder = Path(path)
@@ -181,7 +235,7 @@ class Predictor:
             tokenizer_path = tokenizer_source(folder, saved.get("model_type")) or default_tokenizer_path()
         model = _model_class(architectures[0]).from_pretrained(str(folder)).to(device=device, dtype=dtype)
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
-        return cls(model, tokenizer, max_length=max_length, batch_size=batch_size, quantize=quantize)
+        return cls(model, tokenizer, max_length=max_length, batch_size=batch_size, quantize=quantize, compile=compile)
 
     @property
     def device(self) -> torch.device:
@@ -197,6 +251,7 @@ class Predictor:
             "labels": [self.id2label[i] for i in sorted(self.id2label)] if self.task != "reconstruct" else None,
             "max_length": self.max_length,
             "quantize": self.quantize,
+            "compile": self.compile,
         }
 
     # ------------------------------------------------------------------ encode
@@ -329,18 +384,33 @@ class Predictor:
 
     # ------------------------------------------------------------------ run
 
-    def collate(self, encoded: Sequence[Encoded]) -> dict[str, torch.Tensor]:
-        length = max(len(item) for item in encoded)
-        ids = torch.full((len(encoded), length), self.pad_token_id, dtype=torch.long)
-        types = torch.zeros((len(encoded), length), dtype=torch.long)
-        mask = torch.zeros((len(encoded), length), dtype=torch.long)
+    def collate(self, encoded: Sequence[Encoded], *, rows: int | None = None,
+                length: int | None = None) -> dict[str, torch.Tensor]:
+        """The padded batch on the model's device; ``rows`` / ``length`` pad it further (rows
+        past the inputs are empty: attention mask all zero, fillers that join no real group)."""
+        length = max(length or 0, max(len(item) for item in encoded))
+        rows = max(rows or 0, len(encoded))
+        ids = torch.full((rows, length), self.pad_token_id, dtype=torch.long)
+        types = torch.zeros((rows, length), dtype=torch.long)
+        mask = torch.zeros((rows, length), dtype=torch.long)
         for row, item in enumerate(encoded):
             n = len(item)
             ids[row, :n] = torch.tensor(item.input_ids)
             types[row, :n] = torch.tensor(item.token_type_ids)
             mask[row, :n] = 1
+        validate_inputs(self.model.config, ids, mask, types)  # on the host, once: the pass reads nothing back
         device = self.device
         return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "token_type_ids": types.to(device)}
+
+    def pass_shape(self, encoded: Sequence[Encoded], *, ensemble: bool = False) -> tuple[int, int]:
+        """Rows and length of the pass over ``encoded``: as they are, or, for a compiled throughput
+        pass, padded to few shapes: the length to its bucket, the rows with empty ones (fillers, as
+        the model's own) to a power of two of groups."""
+        rows, length = len(encoded), max(len(item) for item in encoded)
+        if self._compiled is None or ensemble:
+            return rows, length
+        groups = 1 << (-(-rows // self.num_instances) - 1).bit_length()
+        return groups * self.num_instances, length_bucket(length, self.max_length)
 
     @torch.inference_mode()
     def run(self, encoded: Sequence[Encoded], *, ensemble: bool = False) -> list[torch.Tensor]:
@@ -349,13 +419,17 @@ class Predictor:
         Returns one CPU tensor per instance: sentence ``[C]`` logits, token ``[L_i, C]``
         logits, reconstruct ``[L_i]`` retrieved token ids.
         """
-        batch = self.collate(encoded)
-        if self.task == "reconstruct":
-            if ensemble:
-                raise ValueError("the reconstruct task supports only mode='throughput'")
-            out = self.model.reconstruct(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        else:
-            out = self.model(**batch, ensemble=ensemble).logits
+        if self.task == "reconstruct" and ensemble:
+            raise ValueError("the reconstruct task supports only mode='throughput'")
+        rows, length = self.pass_shape(encoded, ensemble=ensemble)
+        batch = self.collate(encoded, rows=rows, length=length)
+        with inputs_checked_on_host():
+            if self.task == "reconstruct":
+                out = self.model.reconstruct(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            else:
+                forward = self._compiled if self._compiled is not None and not ensemble else self.model
+                out = forward(**batch, ensemble=ensemble).logits
+        out = out[: len(encoded)]
         out = out.float().cpu() if out.is_floating_point() else out.cpu()
         if self.task == "sentence":
             return list(out)

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, ValidationError, model_validator
 from pydantic_core import to_json
 
+from ..devices import CPU_BATCH_SIZE
 from ..quantization import check_quantize
 from .batcher import BatcherClosedError, DynamicBatcher, QueueFullError
 from . import limits
@@ -97,9 +98,9 @@ class PredictResponse(BaseModel):
 def create_app(
     predictor: Predictor,
     *,
-    max_batch: int = 64,
+    max_batch: int | None = None,
     max_wait_ms: float = 5.0,
-    max_queue: int = 1024,
+    max_queue: int | None = None,
     fill_slots: bool = True,
     companions: int = 0,
     companion_texts: list[str] | None = None,
@@ -114,7 +115,11 @@ def create_app(
     ``shutdown_timeout_s``). A /predict body over ``max_body_bytes`` is answered 413 as soon as
     its size is known, one not received whole within ``body_timeout_s`` 408. ``companions``,
     ``companion_texts``, ``isolate_tenants`` (by the ``X-Muxplm-Tenant`` header) and
-    ``deterministic``: who shares a multiplexed group with whom (:class:`DynamicBatcher`)."""
+    ``deterministic``: who shares a multiplexed group with whom (:class:`DynamicBatcher`).
+    ``max_batch`` defaults to the predictor's batch size, ``max_queue`` to
+    :func:`~muxplm.serving.limits.default_max_queue` of it."""
+    max_batch = predictor.batch_size if max_batch is None else max_batch
+    max_queue = limits.default_max_queue(max_batch) if max_queue is None else max_queue
     batcher = DynamicBatcher(
         predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue, fill_slots=fill_slots,
         companions=companions, companion_texts=companion_texts, isolate_tenants=isolate_tenants,
@@ -398,9 +403,9 @@ def serve(
     *,
     host: str = "127.0.0.1",
     port: int = 8000,
-    max_batch: int = 64,
+    max_batch: int | None = None,
     max_wait_ms: float = 5.0,
-    max_queue: int = 1024,
+    max_queue: int | None = None,
     max_length: int = 128,
     fill_slots: bool = True,
     companions: int = 0,
@@ -410,6 +415,7 @@ def serve(
     device: str = "cpu",
     dtype: str = "float32",
     quantize: str = "none",
+    compile: str = "none",
     max_body_bytes: int = limits.MAX_BODY_BYTES,
     body_timeout_s: float = limits.BODY_TIMEOUT_S,
     max_header_bytes: int = limits.MAX_HEADER_BYTES,
@@ -427,12 +433,20 @@ def serve(
     quantisation, of the PyTorch model or of the exported graph (CPU only). The limits on bodies,
     heads, connections and idle time: :mod:`muxplm.serving.limits`. ``companion_texts``: a UTF-8
     file of fixed companion texts, one per line (see :class:`DynamicBatcher` for them,
-    ``isolate_tenants`` and ``deterministic``)."""
+    ``isolate_tenants`` and ``deterministic``). ``max_batch`` left unset follows the device
+    (:func:`muxplm.devices.default_batch_size`: 64 on a CPU, N x 128 on a GPU) and
+    ``max_queue`` then holds at least 1,024 instances and four batches; ``compile``: see
+    :class:`Predictor`."""
     import torch
     import uvicorn
 
     check_quantize(quantize, device, dtype)  # refused before anything loads
-    check_serve_options(max_batch=max_batch, max_queue=max_queue)
+    # What no single flag can check, before the model loads (a GPU's default batch waits for the model's N).
+    early_batch = max_batch if max_batch is not None else \
+        CPU_BATCH_SIZE if backend == "onnx" or str(device) == "cpu" else None
+    if early_batch is not None:
+        check_serve_options(max_batch=early_batch,
+                            max_queue=limits.default_max_queue(early_batch) if max_queue is None else max_queue)
     check_wait_ms(max_wait_ms)
     if not 0 <= port <= MAX_PORT:
         raise ValueError(f"port must lie in 0..{MAX_PORT}, got {port}")
@@ -446,6 +460,8 @@ def serve(
         raise ValueError("--companions (recent traffic) and --companion-texts are exclusive: choose one")
     if threads:
         torch.set_num_threads(threads)
+    if backend == "onnx" and compile != "none":
+        raise ValueError("--compile applies to the torch backend")
     if backend == "onnx" and (device != "cpu" or dtype != "float32"):
         raise ValueError("the onnx backend runs float32 on ONNX Runtime's own providers (CUDA when installed); "
                          "--device and --dtype apply to the torch backend")
@@ -456,9 +472,12 @@ def serve(
                                                   quantize=quantize)
     elif backend == "torch":
         predictor = Predictor.from_pretrained(model_dir, max_length=max_length, batch_size=max_batch,
-                                              device=device, dtype=dtype, quantize=quantize)
+                                              device=device, dtype=dtype, quantize=quantize, compile=compile)
     else:
         raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
+    max_batch = predictor.batch_size
+    max_queue = limits.default_max_queue(max_batch) if max_queue is None else max_queue
+    check_serve_options(max_batch=max_batch, max_queue=max_queue)
     app = create_app(predictor, max_batch=max_batch, max_wait_ms=max_wait_ms, max_queue=max_queue,
                      fill_slots=fill_slots, companions=companions, companion_texts=fixed,
                      isolate_tenants=isolate_tenants, deterministic=deterministic, max_body_bytes=max_body_bytes,
