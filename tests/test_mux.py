@@ -7,7 +7,8 @@ from mux_testing import micro_config
 
 
 def test_registry_lists_every_mux_type():
-    assert set(MUX_REGISTRY) == {"gaussian_hadamard", "contextual", "binary_hadamard", "random_ortho", "identity"}
+    assert set(MUX_REGISTRY) == {"gaussian_hadamard", "contextual", "adapter", "binary_hadamard", "random_ortho",
+                                 "identity"}
 
 
 def test_gaussian_keys_have_the_configured_norm_and_are_frozen():
@@ -81,3 +82,30 @@ def test_output_shape(mux_type):
     mux = build_mux(micro_config(num_instances=5, mux_type=mux_type))
     out = mux(torch.randn(3, 5, 7, 32), torch.ones(3, 5, 7, dtype=torch.bool))
     assert out.shape == (3, 7, 32)
+
+
+def test_adapter_mux_starts_as_the_gaussian_one_and_trains_its_adapters_only(tmp_path):
+    from muxplm import MuxBertForSequenceClassification
+
+    config = micro_config(num_instances=3, mux_type="adapter")
+    adapter, gaussian = build_mux(config), build_mux(micro_config(num_instances=3))
+    x = torch.randn(2, 3, 5, config.hidden_size)
+    mask = torch.ones(2, 3, 5, dtype=torch.bool)
+    mask[1, 2] = False  # a filler slot
+    torch.testing.assert_close(adapter(x, mask), gaussian(x, mask))  # zero up-projections: no change yet
+    with torch.no_grad():
+        adapter.adapters["up"].normal_()
+    changed = adapter(x, mask)
+    assert not torch.allclose(changed, gaussian(x, mask))
+    # Each slot has its own adapter: swapping two instances' adapters changes the mixture.
+    with torch.no_grad():
+        adapter.adapters["up"][[0, 1]] = adapter.adapters["up"][[1, 0]].clone()
+    assert not torch.allclose(adapter(x, mask), changed)
+    # Saved and loaded: the keys stay frozen, the adapters train; a new N draws fresh adapters.
+    model = MuxBertForSequenceClassification(config)
+    model.save_pretrained(tmp_path)
+    loaded = MuxBertForSequenceClassification.from_pretrained(tmp_path)
+    trainable = {name for name, p in loaded.named_parameters() if p.requires_grad and ".mux." in name}
+    assert trainable == {f"bert.mux.adapters.{k}" for k in ("down", "down_bias", "up", "up_bias")}
+    regrouped = MuxBertForSequenceClassification.from_pretrained(tmp_path, num_instances=5, regroup=True)
+    assert regrouped.bert.mux.adapters["down"].shape[0] == 5

@@ -162,6 +162,17 @@ def equal40_plan() -> list[Row]:
     return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
 
 
+def adapters_plan() -> list[Row]:
+    """Light per-instance adapters (``--mux-type adapter``) in the two K = 0 conversions of equal20
+    that left chance, everything else equal: N = 2 (400 progressive steps) and N = 5 (800), 20
+    epochs of sentiment; compare with equal20's n2-prog5-k0-400-ep20 and n5-prog5-k0-800-ep20."""
+    long = {"num_epochs": "20"}
+    rows = [Row(f"n{n}-prog5-k0-{steps}-adapter-ep20", n, 0, steps=steps, finetune=long,
+                convert={"start_unmuxed_layers": "5", "batch_groups": "32", "mux_type": "adapter"})
+            for n, steps in ((2, 400), (5, 800))]
+    return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
+
+
 def data8k_plan() -> list[Row]:
     """More labelled data at the same fine-tuning compute (sentiment): 8,000 examples for 5
     epochs against the 2,000 x 20 epochs of the equal20 / stack20 rows, for the 1- and 2-layer
@@ -206,7 +217,7 @@ def smoke_plan() -> list[Row]:
 
 PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan, "smoke": smoke_plan,
          "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan,
-         "stack20": stack20_plan, "equal20": equal20_plan, "equal40": equal40_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
+         "stack20": stack20_plan, "equal20": equal20_plan, "equal40": equal40_plan, "adapters": adapters_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
          "mpnet-gpu": mpnet_gpu_plan}
 CONVERT = dict(batch_groups="64", lr="5e-4", encoder_lr="1e-4", warmup_ratio="0.1", max_length="32")
 

@@ -15,7 +15,7 @@ from .mux import MUX_REGISTRY
 
 # The built-in variants. A config accepts whatever is registered (MUX_REGISTRY /
 # DEMUX_REGISTRY), these and any registered later by user code.
-MUX_TYPES = ("gaussian_hadamard", "contextual", "binary_hadamard", "random_ortho", "identity")
+MUX_TYPES = ("gaussian_hadamard", "contextual", "adapter", "binary_hadamard", "random_ortho", "identity")
 DEMUX_TYPES = ("rsa", "unbind", "prefix", "identity")
 
 # Encoder sizes. small/base/large are the paper's (Section 4); tiny is for CPU work and tests.
@@ -150,7 +150,8 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
 
     Args (beyond [`BertConfig`]'s):
         num_instances: N, the number of inputs multiplexed into one sequence.
-        mux_type: one of ``gaussian_hadamard`` (paper default), ``contextual``, ``binary_hadamard``,
+        mux_type: one of ``gaussian_hadamard`` (paper default), ``contextual``, ``adapter`` (the
+            Gaussian keys after a light bottleneck MLP per instance), ``binary_hadamard``,
             ``random_ortho``, ``identity`` (N=1 only).
         demux_type: one of ``rsa`` (paper default), ``unbind`` (RSA on the state unbound by a learned
             inverse key), ``prefix`` (T-MUX / DataMUX), ``identity`` (N=1 only).

@@ -100,6 +100,38 @@ class BinaryHadamardMux(GaussianHadamardMux):
         return keys / keys.norm(dim=-1, keepdim=True) * key_norm
 
 
+@register_mux("adapter")
+class AdapterMux(GaussianHadamardMux):
+    """Light per-instance adapters before the Gaussian keys: ``mean_i(v_i * (x_i + A_i(x_i)))``
+    with ``A_i`` a bottleneck MLP of its own per slot, ``up_i(gelu(down_i x))`` of width
+    ``H / 8``. A converted encoder can then give each instance a learned view of its states
+    before they share a mixture, at about 1/12 of a Transformer layer's weights per instance
+    (the cheap alternative to unmuxed layers that run whole layers per instance). The
+    up-projections start at zero: an untrained adapter multiplexer is the Gaussian one."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        n, width, size = self.num_instances, self.width, max(1, config.mux_width // 8)
+        self.adapters = nn.ParameterDict({
+            "down": nn.Parameter(torch.empty(n, width, size)), "down_bias": nn.Parameter(torch.empty(n, size)),
+            "up": nn.Parameter(torch.empty(n, size, width)), "up_bias": nn.Parameter(torch.empty(n, width)),
+        })
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if hasattr(self, "adapters"):  # the keys are drawn before the adapters exist
+            init.normal_(self.adapters["down"], std=self.width ** -0.5)
+            for name in ("down_bias", "up", "up_bias"):
+                init.zeros_(self.adapters[name])
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        a = {name: weight.to(x.dtype) for name, weight in self.adapters.items()}
+        inner = nn.functional.gelu(torch.einsum("gnlh,nhr->gnlr", x, a["down"]) + a["down_bias"][:, None, :])
+        adapted = x + torch.einsum("gnlr,nrh->gnlh", inner, a["up"]) + a["up_bias"][:, None, :]
+        return super().forward(adapted, mask)
+
+
 @register_mux("random_ortho")
 class RandomOrthogonalMux(Multiplexer):
     """DataMUX ablation: ``mean_i(x_i Q_i)`` with a fixed random orthogonal matrix per instance,
