@@ -105,7 +105,7 @@ class AdapterMux(GaussianHadamardMux):
     """Light per-instance adapters before the Gaussian keys: ``mean_i(v_i * (x_i + A_i(x_i)))``
     with ``A_i`` a bottleneck MLP of its own per slot, ``up_i(gelu(down_i x))`` of width
     ``H / 8``. A converted encoder can then give each instance a learned view of its states
-    before they share a mixture, at about 1/12 of a Transformer layer's weights per instance
+    before they share a mixture, at about 1/48 of a Transformer layer's weights per instance
     (the cheap alternative to unmuxed layers that run whole layers per instance). The
     up-projections start at zero: an untrained adapter multiplexer is the Gaussian one."""
 

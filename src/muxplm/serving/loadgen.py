@@ -71,11 +71,11 @@ class ServerProcess:
                  max_queue: int | None, max_length: int, backend: str = "torch", server_flags: tuple[str, ...] = ()):
         """``max_batch`` / ``max_queue`` ``None``: the server's defaults, which follow its device."""
         self.port = _free_port()
-        limits = [] if max_batch is None else ["--max-batch", str(max_batch)]
-        limits += [] if max_queue is None else ["--max-queue", str(max_queue)]
+        bounds = [] if max_batch is None else ["--max-batch", str(max_batch)]
+        bounds += [] if max_queue is None else ["--max-queue", str(max_queue)]
         command = [
             sys.executable, "-m", "muxplm.cli", "serve", str(model_dir), "--host", "127.0.0.1",
-            "--port", str(self.port), "--threads", str(threads), *limits,
+            "--port", str(self.port), "--threads", str(threads), *bounds,
             "--max-wait-ms", str(max_wait_ms), "--max-length", str(max_length),
             "--backend", backend, "--log-level", "warning", *server_flags,
         ]
