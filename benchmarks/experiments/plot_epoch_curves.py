@@ -1,0 +1,111 @@
+"""Fine-tuned score against fine-tuning length, for the K = 0 conversions and the cuts as fast:
+
+    python3 benchmarks/experiments/plot_epoch_curves.py OUT FOLDER [FOLDER ...]
+
+Reads every ``FOLDER/rows.jsonl`` (``convert_grid.py`` rows named ``BASE-epE``: the same conversion
+or cut fine-tuned E epochs), keeps one task's fp32 rows and writes ``OUT/epochs.png`` (mean ± std of
+the composition seeds against the epochs, log scale) and ``OUT/epochs.md`` (the table, the gain per
+doubling of the last two lengths of each series, and where that gain would meet the cut that runs as
+fast: ``--match N=CUT``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+NAME = re.compile(r"(?P<base>.+)-ep(?P<epochs>\d+)")
+
+
+def read_series(folders: list[Path], task: str) -> dict[str, dict[int, dict]]:
+    series: dict[str, dict[int, dict]] = {}
+    for folder in folders:
+        for line in (folder / "rows.jsonl").read_text().splitlines():
+            entry = json.loads(line)
+            match = NAME.fullmatch(entry["row"])
+            if match is None or entry["task"] != task or entry["precision"] != "fp32":
+                continue
+            series.setdefault(match["base"], {})[int(match["epochs"])] = entry
+    return series
+
+
+def crossing(points: dict[int, dict], target: float) -> tuple[float, float | None]:
+    """The gain per doubling between a series' last two lengths, and the epochs at which that
+    log-linear trend reaches ``target`` (None when it does not rise)."""
+    (short, a), (long, b) = sorted(points.items())[-2:]
+    per_doubling = (b["mean"] - a["mean"]) / math.log2(long / short)
+    if per_doubling <= 0:
+        return per_doubling, None
+    return per_doubling, long * 2 ** ((target - b["mean"]) / per_doubling)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out")
+    parser.add_argument("folders", nargs="+")
+    parser.add_argument("--task", default="sentiment")
+    parser.add_argument("--rows", default=r"minilm-cut[12]|n\d+-.*k0.*", help="regex: the series to keep")
+    parser.add_argument("--match", action="append", default=["2=minilm-cut2", "5=minilm-cut1"],
+                        help="N=CUT: the cut that runs at least as fast as the N-instance rows (their target)")
+    args = parser.parse_args(argv)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {base: points for base, points in read_series([Path(f) for f in args.folders], args.task).items()
+              if re.fullmatch(args.rows, base)}
+    # The best length of each speed-matched cut: what a MUX row of that N has to beat.
+    targets = {}
+    for pair in args.match:
+        instances, cut = pair.split("=")
+        if cut in series:
+            epochs, entry = max(series[cut].items(), key=lambda item: item[1]["mean"])
+            targets[int(instances)] = (entry["mean"], f"{cut}-ep{epochs}")
+    fig, ax = plt.subplots(figsize=(8, 5))
+    lines = [f"| row ({args.task}) | N | " + " | ".join(f"{e} ep" for e in sorted({e for p in series.values() for e in p}))
+             + " | gain per doubling (last two) | epochs to reach the cut as fast, at that gain |"]
+    lengths = sorted({e for p in series.values() for e in p})
+    lines.append("|---|---|" + "---|" * len(lengths) + "---|---|")
+    for base, points in sorted(series.items()):
+        epochs = sorted(points)
+        means = [points[e]["mean"] for e in epochs]
+        errors = [points[e]["std"] for e in epochs]
+        instances = points[epochs[0]]["num_instances"]
+        style = "--" if base.startswith("minilm-cut") else "-"
+        ax.errorbar(epochs, means, yerr=errors, fmt=style, marker="o", capsize=3, label=f"{base} (N = {instances})")
+        cells = [f"{points[e]['mean']:.1f} ± {points[e]['std']:.1f}" if e in points else "" for e in lengths]
+        trend, reach = ("", "")
+        if len(epochs) >= 2:
+            trend = f"{crossing(points, 0.0)[0]:+.1f}"
+            if instances in targets and instances > 1:
+                at = crossing(points, targets[instances][0])[1]
+                reach = f"{targets[instances][1]}: " + ("never" if at is None else f"~{at:.0f}")
+        lines.append(f"| {base} | {instances} | " + " | ".join(cells) + f" | {trend} | {reach} |")
+    for instances, (value, name) in sorted(targets.items()):
+        ax.axhline(value, color="grey", lw=0.8, ls=":")
+        ax.annotate(f"N = {instances} target: {name} {value:.1f}", (lengths[0], value), fontsize=7, va="bottom")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(e) for e in lengths])
+    ax.set_xlabel("fine-tuning epochs (2,000 examples, log scale)")
+    ax.set_ylabel(f"{args.task} accuracy, mean ± std of 5 composition seeds")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "epochs.png", dpi=120)
+    lines += ["", "Targets (the best length of the cut that runs at least as fast): "
+              + ", ".join(f"N = {n}: {name} {value:.1f}" for n, (value, name) in sorted(targets.items()))
+              + ". Read from: " + ", ".join(args.folders) + "."]
+    (out / "epochs.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

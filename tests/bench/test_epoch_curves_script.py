@@ -1,0 +1,53 @@
+"""benchmarks/experiments/plot_epoch_curves.py: series read by fine-tuning length across result
+folders, each MUX series judged against the best length of the cut that runs as fast."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "plot_epoch_curves.py"
+
+
+@pytest.fixture(scope="module")
+def curves():
+    spec = importlib.util.spec_from_file_location("epoch_curves_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def entry(row, mean, num_instances=1, task="sentiment", precision="fp32"):
+    return dict(row=row, task=task, precision=precision, num_instances=num_instances, mean=mean,
+                std=1.0 if num_instances > 1 else 0.0)
+
+
+def write_rows(folder: Path, entries) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "rows.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    return folder
+
+
+def test_the_trend_of_the_last_two_lengths_is_extrapolated_to_the_target(curves):
+    rising = {20: dict(mean=66.0), 40: dict(mean=70.0), 80: dict(mean=74.0)}
+    per_doubling, reach = curves.crossing(rising, 82.0)
+    assert per_doubling == pytest.approx(4.0)
+    assert reach == pytest.approx(320.0)  # two more doublings after 80
+    assert curves.crossing({20: dict(mean=80.0), 40: dict(mean=79.0)}, 82.0) == (pytest.approx(-1.0), None)
+
+
+def test_series_span_folders_and_mux_rows_meet_their_matched_cut(curves, tmp_path):
+    first = write_rows(tmp_path / "ep20", [entry("minilm-cut1-ep20", 81.0), entry("minilm-cut2-ep20", 83.0),
+                                           entry("n5-k0-ep20", 70.0, 5), entry("n5-k0-ep20", 90.0, 5, task="trec"),
+                                           entry("n5-k0-ep20", 99.0, 5, precision="int8")])
+    second = write_rows(tmp_path / "ep40", [entry("minilm-cut1-ep40", 80.0), entry("n5-k0-ep40", 73.0, 5),
+                                            entry("n2-k3-ep40", 84.0, 2)])  # not a K = 0 row: left out
+    assert curves.main([str(tmp_path / "out"), str(first), str(second)]) == 0
+    table = (tmp_path / "out" / "epochs.md").read_text()
+    assert (tmp_path / "out" / "epochs.png").stat().st_size > 0
+    n5 = next(line for line in table.splitlines() if line.startswith("| n5-k0 |"))
+    # +3 a doubling from 73 at 40 epochs meets the 1-layer cut's best (81.0, at 20 epochs) at 40 * 2^(8/3)
+    assert "70.0 ± 1.0 | 73.0 ± 1.0 | +3.0 | minilm-cut1-ep20: ~254 |" in n5
+    assert "n2-k3" not in table and "99.0" not in table and "90.0" not in table
+    assert "N = 5: minilm-cut1-ep20 81.0" in table
