@@ -187,11 +187,15 @@ def enclr_plan() -> list[Row]:
 def adapters_plan() -> list[Row]:
     """Light per-instance adapters (``--mux-type adapter``) in the two K = 0 conversions of equal20
     that left chance, everything else equal: N = 2 (400 progressive steps) and N = 5 (800), 20
-    epochs of sentiment; compare with equal20's n2-prog5-k0-400-ep20 and n5-prog5-k0-800-ep20."""
+    epochs of sentiment (N = 5 also 40 and 80); compare with equal20's n2-prog5-k0-400-ep20 and
+    n5-prog5-k0-800-ep20 (and equal40 / equal80)."""
     long = {"num_epochs": "20"}
     rows = [Row(f"n{n}-prog5-k0-{steps}-adapter-ep20", n, 0, steps=steps, finetune=long,
                 convert={"start_unmuxed_layers": "5", "batch_groups": "32", "mux_type": "adapter"})
             for n, steps in ((2, 400), (5, 800))]
+    # The N = 5 adapter conversion fine-tuned 40 and 80 epochs too, as equal40 / equal80 do the others.
+    rows += [Row(f"n5-prog5-k0-800-adapter-ep{epochs}", 5, 0, steps=800, convert_from="n5-prog5-k0-800-adapter-ep20",
+                 finetune={"num_epochs": str(epochs)}) for epochs in (40, 80)]
     return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
 
 
