@@ -178,9 +178,10 @@ def enclr_plan() -> list[Row]:
     """Per-module learning rates instead of longer fine-tuning: the N = 5 curriculum row (equal20's
     n5-k0-from-n2-400, 72.0 at 20 epochs with the encoder at 1e-4, 75.2 at 40) fine-tuned 20 epochs
     with its embeddings and layers at 3e-4 and 1e-3, the multiplexer, demultiplexer and head at
-    2e-4 as before: does a faster encoder buy what more epochs do?"""
+    2e-4 as before: does a faster encoder buy what more epochs do? (3e-4 never left chance), and at
+    3e-5: does a slower one keep the conversion's features while the fresh head settles?"""
     rows = [Row(f"n5-k0-from-n2-400-enc{lr}-ep20", 5, 0, steps=400, convert_from="n5-k0-from-n2-400-ep20",
-                finetune={"num_epochs": "20", "encoder_lr": lr}) for lr in ("3e-4", "1e-3")]
+                finetune={"num_epochs": "20", "encoder_lr": lr}) for lr in ("3e-5", "3e-4", "1e-3")]
     return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
 
 
