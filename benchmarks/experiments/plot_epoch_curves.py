@@ -38,7 +38,8 @@ def read_series(folders: list[Path], task: str) -> dict[str, dict[int, dict]]:
 
 
 def read_losses(folders: list[Path], task: str) -> dict[str, list[tuple[float, float]]]:
-    """(epoch, training loss) of every run whose log a folder's ``logs.tar.gz`` holds (first found)."""
+    """(epoch, training loss) of every run whose log a folder's ``logs.tar.gz`` holds. A grid archives
+    every run of its runs folder, some still training in another grid: the longest copy wins."""
     losses: dict[str, list[tuple[float, float]]] = {}
     for folder in folders:
         archive = folder / "logs.tar.gz"
@@ -47,10 +48,12 @@ def read_losses(folders: list[Path], task: str) -> dict[str, list[tuple[float, f
         with tarfile.open(archive) as logs:
             for member in logs.getmembers():
                 parts = member.name.split("/")
-                if parts[1:] != [task, "log.jsonl"] or parts[0] in losses:
+                if parts[1:] != [task, "log.jsonl"]:
                     continue
                 records = (json.loads(line) for line in logs.extractfile(member).read().decode().splitlines())
-                losses[parts[0]] = [(r["epoch"], r["loss"]) for r in records if r.get("kind") == "train"]
+                curve = [(r["epoch"], r["loss"]) for r in records if r.get("kind") == "train"]
+                if len(curve) > len(losses.get(parts[0], [])):
+                    losses[parts[0]] = curve
     return losses
 
 

@@ -57,6 +57,7 @@ def test_series_span_folders_and_mux_rows_meet_their_matched_cut(curves, tmp_pat
                                            entry("n5-k0-ep20", 99.0, 5, precision="int8")])
     second = write_rows(tmp_path / "ep40", [entry("minilm-cut1-ep40", 80.0), entry("n5-k0-ep40", 73.0, 5),
                                             entry("n2-k3-ep40", 84.0, 2)])  # not a K = 0 row: left out
+    write_log(first, "n5-k0-ep40", [(1, 0.70), (12, 0.59)])  # archived by another grid mid-run: not the log
     write_log(second, "n5-k0-ep40", [(1, 0.70), (12, 0.69), (17, 0.55), (30, 0.40)])
     assert curves.main([str(tmp_path / "out"), str(first), str(second)]) == 0
     table = (tmp_path / "out" / "epochs.md").read_text()
