@@ -103,13 +103,14 @@ def main(argv=None) -> int:
              + " | left chance at epoch | gain per doubling (last two) | epochs to reach the cut as fast, at that gain |"]
     lengths = sorted({e for p in series.values() for e in p})
     lines.append("|---|---|" + "---|" * len(lengths) + "---|---|---|")
-    for base, points in sorted(series.items()):
+    colours = plt.get_cmap("tab20")  # more series than the default cycle's ten colours
+    for index, (base, points) in enumerate(sorted(series.items())):
         epochs = sorted(points)
         means = [points[e]["mean"] for e in epochs]
         errors = [points[e]["std"] for e in epochs]
         instances = points[epochs[0]]["num_instances"]
         style = "--" if base.startswith("minilm-cut") else "-"
-        drawn = ax.errorbar(epochs, means, yerr=errors, fmt=style, marker="o", capsize=3, label=f"{base} (N = {instances})")
+        drawn = ax.errorbar(epochs, means, yerr=errors, fmt=style, marker="o", capsize=3, color=colours(index % 20), label=f"{base} (N = {instances})")
         for e in epochs:
             curve = losses.get(f"{base}-ep{e}", [])
             if curve:
