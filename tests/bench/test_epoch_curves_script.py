@@ -1,7 +1,6 @@
 """benchmarks/experiments/plot_epoch_curves.py: series read by fine-tuning length across result
 folders, each MUX series judged against the best length of the cut that runs as fast."""
 
-import importlib.util
 import io
 import json
 import tarfile
@@ -9,15 +8,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "plot_epoch_curves.py"
+from script_testing import load_script
 
 
 @pytest.fixture(scope="module")
 def curves():
-    spec = importlib.util.spec_from_file_location("epoch_curves_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("plot_epoch_curves")
 
 
 def entry(row, mean, num_instances=1, task="sentiment", precision="fp32"):

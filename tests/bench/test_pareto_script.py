@@ -1,25 +1,19 @@
 """benchmarks/experiments/pareto.py on any encoder family: shapes built from the encoder's own
 config, the plain row found by its shape, and rows scored on the sentence tasks only judged on them."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from muxplm import MuxDistilBertForSequenceClassification
 
 from family_testing import save_plain
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "pareto.py"
+from script_testing import load_script
 
 
 @pytest.fixture(scope="module")
 def pareto():
-    spec = importlib.util.spec_from_file_location("pareto_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("pareto")
 
 
 def entry(row, task, mean, num_instances=1, unmuxed=0, keep=None):

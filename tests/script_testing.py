@@ -1,0 +1,17 @@
+"""The scripts under benchmarks/experiments/ (not a package) imported as modules for their tests."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "benchmarks" / "experiments"
+
+
+def load_script(name: str) -> ModuleType:
+    """``benchmarks/experiments/NAME.py`` as a fresh module."""
+    spec = importlib.util.spec_from_file_location(f"{name}_script", EXPERIMENTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
