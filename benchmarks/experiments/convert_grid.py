@@ -169,8 +169,8 @@ def equal40_plan() -> list[Row]:
 
 def equal80_plan() -> list[Row]:
     """Four times the fine-tuning (80 epochs) where 40 still helped: the two N = 5 K = 0 rows (+3 and
-    +4 points from 20 to 40 epochs) and the 1-layer cut that runs as fast (N = 2 and the 2-layer cut
-    did not move from 20 to 40)."""
+    +4 points from 20 to 40 epochs) and the 1-layer cut, which runs at least as fast (N = 2 and the
+    2-layer cut did not move from 20 to 40)."""
     return _longer_plan(80, (1,), ("n5-k0-from-n2-400", "n5-prog5-k0-800"))
 
 
