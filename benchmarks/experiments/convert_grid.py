@@ -154,10 +154,10 @@ def _longer_plan(epochs: int, cuts, conversions) -> list[Row]:
     """The 1- / 2-layer cuts and the K = 0 conversions of equal20 fine-tuned ``epochs`` epochs
     (sentiment), every row by the same rule; the conversions are read from equal20's runs folder."""
     long = {"num_epochs": str(epochs)}
-    known = {"n5-k0-from-n2-400": (5, 400), "n5-prog5-k0-800": (5, 800), "n2-prog5-k0-400": (2, 400)}
+    equal20 = {row.name: row for row in equal20_plan()}
     rows = [Row(f"minilm-cut{k}-ep{epochs}", keep=k, finetune=long) for k in cuts]
-    rows += [Row(f"{name}-ep{epochs}", known[name][0], 0, steps=known[name][1], convert_from=f"{name}-ep20",
-                 finetune=long) for name in conversions]
+    rows += [Row(f"{name}-ep{epochs}", equal20[f"{name}-ep20"].num_instances, 0, steps=equal20[f"{name}-ep20"].steps,
+                 convert_from=f"{name}-ep20", finetune=long) for name in conversions]
     return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
 
 

@@ -61,14 +61,19 @@ def left_chance(curve: list[tuple[float, float]], threshold: float) -> float | N
     return next((epoch for epoch, loss in curve if loss < threshold), None)
 
 
-def crossing(points: dict[int, dict], target: float) -> tuple[float, float | None]:
-    """The gain per doubling between a series' last two lengths, and the epochs at which that
-    log-linear trend reaches ``target`` (None when it does not rise)."""
+def gain_per_doubling(points: dict[int, dict]) -> float:
+    """The score gained per doubling of the epochs between a series' last two lengths."""
     (short, a), (long, b) = sorted(points.items())[-2:]
-    per_doubling = (b["mean"] - a["mean"]) / math.log2(long / short)
+    return (b["mean"] - a["mean"]) / math.log2(long / short)
+
+
+def crossing(points: dict[int, dict], target: float) -> tuple[float, float | None]:
+    """The gain per doubling of the last two lengths, and the epochs at which that log-linear trend
+    reaches ``target`` (None when it does not rise)."""
+    per_doubling, (longest, last) = gain_per_doubling(points), max(points.items())
     if per_doubling <= 0:
         return per_doubling, None
-    return per_doubling, long * 2 ** ((target - b["mean"]) / per_doubling)
+    return per_doubling, longest * 2 ** ((target - last["mean"]) / per_doubling)
 
 
 def main(argv=None) -> int:
@@ -121,7 +126,7 @@ def main(argv=None) -> int:
         cells = [f"{points[e]['mean']:.1f} ± {points[e]['std']:.1f}" if e in points else "" for e in lengths]
         trend, reach = ("", "")
         if len(epochs) >= 2:
-            trend = f"{crossing(points, 0.0)[0]:+.1f}"
+            trend = f"{gain_per_doubling(points):+.1f}"
             if instances in targets and instances > 1:
                 at = crossing(points, targets[instances][0])[1]
                 reach = f"{targets[instances][1]}: " + ("never" if at is None else f"~{at:.0f}")
