@@ -77,11 +77,25 @@ def test_a_curriculum_over_n_goes_on_from_a_mux_checkpoint_at_another_n(plain_di
                    "--max-steps", "2", "--batch-groups", "4", "--eval-steps", "2", "--save-steps", "2",
                    "--corpus-sources", "moby_dick", "--corpus-max-words", "6000", "--no-progress")
     assert done.returncode == 0, done.stderr[-2000:]
+    assert "starts from scratch" not in done.stderr  # a retrieval head has no labels to restart
     model = MuxBertForRetrieval.from_pretrained(tmp_path / "n3")
     assert (model.config.num_instances, model.config.num_unmuxed_layers, model.config.demux_type) == (3, 0, "unbind")
     refused = run_cli("convert", str(tmp_path / "n2"), "--num-instances", "3", "--keep-layers", "1",
                       "--output-dir", str(tmp_path / "x"))
     assert refused.returncode != 0 and "a MUX checkpoint keeps its layers" in refused.stderr
+
+
+def test_a_curriculum_over_n_restarts_the_per_instance_adapters(plain_dir, tmp_path):
+    """An adapter multiplexer's adapters are per instance: regrouped to another N they start afresh
+    (as an untrained adapter multiplexer: zero up-projections), the encoder carries over."""
+    convert(plain_dir, 2, tmp_path / "n2", num_unmuxed_layers=0, mux_type="adapter", **FAST)
+    before = MuxBertForRetrieval.from_pretrained(tmp_path / "n2")
+    assert before.bert.mux.adapters["up"].abs().sum() > 0  # trained away from zero
+    grown = MuxBertForRetrieval.from_pretrained(tmp_path / "n2", num_instances=3, regroup=True)
+    assert grown.config.mux_type == "adapter" and grown.bert.mux.adapters["up"].shape[0] == 3
+    assert grown.bert.mux.adapters["up"].abs().sum() == 0
+    same = before.bert.encoder.state_dict()
+    assert all(torch.equal(value, same[key]) for key, value in grown.bert.encoder.state_dict().items())
 
 
 def test_convert_cli_then_finetune(plain_dir, tmp_path):
@@ -95,6 +109,12 @@ def test_convert_cli_then_finetune(plain_dir, tmp_path):
                     "--max-steps", "2", "--max-train-examples", "32", "--max-eval-examples", "16", "--eval-steps", "2",
                     *micro_flags()[2:])
     assert tuned.returncode == 0, tuned.stderr
+    # A 2-label sentiment classifier fine-tuned on 6-label trec: the head restarts, and says so.
+    other = run_cli("finetune", "--task", "trec", "--init", str(tmp_path / "tuned"), "--output-dir",
+                    str(tmp_path / "trec"), "--max-steps", "1", "--max-train-examples", "16", "--max-eval-examples", "8",
+                    "--eval-steps", "1", *micro_flags()[2:])
+    assert other.returncode == 0, other.stderr
+    assert "head for 2 labels; this task has 6, so the classifier head starts from scratch" in other.stderr
     refused = run_cli("convert", str(plain_dir), "--output-dir", str(tmp_path / "x"))
     assert refused.returncode != 0 and "N >= 2" in refused.stderr
 

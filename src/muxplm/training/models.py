@@ -155,7 +155,8 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
             raise ValueError("--model-overrides only applies to a fresh --preset model")
         model = model_class.from_pretrained(config.init, **mux, **overrides, ignore_mismatched_sizes=classifier,
                                             regroup=config.regroup_instances)
-        _say_if_head_restarts(saved, model, config.init)
+        if classifier:  # a retrieval or MLM head has no labels to disagree with
+            _say_if_head_restarts(saved, model, config.init)
     elif config.init_encoder:
         mux.setdefault("num_instances", 2)
         model = model_class.from_encoder(config.init_encoder, keep_layers=config.keep_layers, **mux, **overrides)
