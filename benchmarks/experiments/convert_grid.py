@@ -29,15 +29,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from muxplm.training.recipes import get_recipe
+
 TASKS = ("sentiment", "trec")
-# The reproduction's fine-tuning (benchmarks/results/reproduce/convert-k3): 2,000 examples, head lr
-# 2e-4, encoder lr 1e-4 (5e-5 for pos; NER 5e-4 / 1e-4, 5 epochs), mean pooling, 48 tokens; a MUX
-# row trains as many more epochs as give it its N = 1 model's encoder compute (capped at 20).
-FINETUNE = dict(lr="2e-4", encoder_lr="1e-4", max_train_examples="2000", max_eval_examples="1000", batch_size="32",
-                max_length="48", sentence_pooling="mean", warmup_ratio="0.1", min_steps="1")
-TASK_FINETUNE = {"pos": dict(encoder_lr="5e-5"), "ner": dict(lr="5e-4", encoder_lr="1e-4")}
-TASK_EPOCHS = {"ner": 5.0}
-EPOCHS, EPOCHS_CAP = 3.0, 20.0
+# The grids' fine-tuning and conversion settings (the recipe registry's "experiments/convert-grid"),
+# as the flags' text.
+GRID = get_recipe("experiments/convert-grid")
+FINETUNE = {key: str(value) for key, value in GRID["finetune"].items()}
+TASK_FINETUNE = {task: {key: str(value) for key, value in settings.items()} for task, settings in GRID["task_finetune"].items()}
+TASK_EPOCHS, EPOCHS, EPOCHS_CAP = GRID["task_epochs"], GRID["epochs"], GRID["epochs_cap"]
 
 
 @dataclass
@@ -261,7 +261,7 @@ PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan
          "stack20": stack20_plan, "equal20": equal20_plan, "equal40": equal40_plan, "equal80": equal80_plan,
          "adapters": adapters_plan, "enclr": enclr_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
          "mpnet-gpu": mpnet_gpu_plan}
-CONVERT = dict(batch_groups="64", lr="5e-4", encoder_lr="1e-4", warmup_ratio="0.1", max_length="32")
+CONVERT = {key: str(value) for key, value in GRID["convert"].items()}
 
 
 @dataclass

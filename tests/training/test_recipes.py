@@ -4,6 +4,7 @@ from there."""
 from __future__ import annotations
 
 import pytest
+from script_testing import load_script
 
 from muxplm.bench import reproduce
 from muxplm.training import config, convert, demo, recipes
@@ -31,3 +32,28 @@ def test_get_recipe_hands_out_copies_and_names_the_known_ones():
     assert recipes.TINY_RECIPE["finetune"]["lr"] != 1.0
     with pytest.raises(ValueError, match="stages/tiny"):
         recipes.get_recipe("no-such-recipe")
+
+
+def test_the_sweeps_read_the_registry(tmp_path, monkeypatch):
+    """benchmarks/experiments: the conversion grid's fine-tuning and conversion flags and the recipe
+    sweep's warm fine-tuning come from the registry, so changing a recipe there changes the runs."""
+    monkeypatch.setitem(recipes.CONVERT_GRID["finetune"], "lr", 3e-4)
+    monkeypatch.setitem(recipes.CONVERT_GRID["convert"], "batch_groups", 8)
+    monkeypatch.setitem(recipes.CONVERT_GRID["task_epochs"], "trec", 7.0)
+    monkeypatch.setitem(recipes.SWEEP_WARM_FINETUNE, "encoder_lr", 1e-5)
+    grid, sweep = load_script("convert_grid"), load_script("sweep")  # (a fresh clone has no runs/ to read)
+    assert sweep.WARM_FINETUNE["encoder_lr"] == 1e-5 and sweep.GRIDS["convert"]["n1-plain"]["chain"][0]["encoder_lr"] == 1e-5
+    # A run that re-runs a stage not on disk loads as a placeholder and is refused when asked for.
+    monkeypatch.setattr(sweep, "CURVES", tmp_path / "curves")
+    monkeypatch.setitem(sweep.GRIDS, "again", {"run": sweep.reproduced(tmp_path / "nowhere", num_epochs=2.0)})
+    with pytest.raises(SystemExit):
+        sweep.main(["again"])
+    assert not (tmp_path / "curves" / "again" / "run.jsonl").exists()
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "config.json").write_text('{"num_hidden_layers": 6}')
+    rows = [grid.Row("plain"), grid.Row("n2-k0", 2, 0, steps=4)]
+    jobs = {job.key: job.command for job in grid.jobs_for(rows, ["trec"], str(tmp_path / "plain"), tmp_path / "runs",
+                                                           tmp_path / "out", "cpu", smoke=False)}
+    assert "--lr=0.0003" in jobs["plain/trec"] and "--num-epochs=7.00" in jobs["plain/trec"]
+    assert "--num-epochs=14.00" in jobs["n2-k0/trec"]  # N x the N = 1 row's epochs (K = 0 at N = 2)
+    assert "--batch-groups=8" in jobs["n2-k0/convert"] and "--encoder-lr=0.0001" in jobs["n2-k0/convert"]

@@ -1,8 +1,8 @@
 """Every training recipe in one place, by name (``get_recipe``, ``RECIPES``): the per-stage
 defaults (the paper's and the tiny CPU ones), the conversion of a pretrained encoder, the demo,
-and the reproduction presets. Each keeps, beside its numbers, the measurements that chose them.
-The modules that run them (``config``, ``convert``, ``demo``, ``muxplm.bench.reproduce``) read
-them from here; nothing else holds recipe values.
+the reproduction presets, and the settings the benchmark sweeps share. Each keeps, beside its numbers, the measurements that chose them.
+The modules that run them (``config``, ``convert``, ``demo``, ``muxplm.bench.reproduce``, and
+``benchmarks/experiments``' sweeps) read them from here; nothing else holds recipe values.
 """
 
 from __future__ import annotations
@@ -199,6 +199,31 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# --------------------------------------------------------------------------- benchmarks/experiments
+
+# Fine-tuning a warm-started encoder in the recipe sweeps (benchmarks/experiments/sweep.py): the
+# fresh head and mux/demux modules at 2e-4, the pretrained layers at 5e-5; 2,000 sentences, mean
+# pooling, 48 tokens (the sweep sets the epochs: 3, or N x 3 for MUX models).
+SWEEP_WARM_FINETUNE: dict[str, Any] = dict(
+    stage="finetune", task="sentiment", lr=2e-4, encoder_lr=5e-5, batch_size=32, max_length=48,
+    max_train_examples=2000, max_eval_examples=1000, sentence_pooling="mean", min_steps=1, warmup_ratio=0.1,
+    eval_steps=10**9, save_steps=10**9, logging_steps=10,
+)
+
+# The conversion grids (benchmarks/experiments/convert_grid.py): the reproduction's fine-tuning of
+# converted MiniLM (results/reproduce/convert-k3) without composition consistency, 3 epochs for N = 1
+# rows and as many more for a MUX row as give it its N = 1 model's encoder compute (at most 20) unless
+# a row fixes its epochs; conversions at 5e-4 for the fresh modules and 1e-4 for the encoder with a
+# 10 % warm-up, 64 groups of 32-token blocks a step (the grids' CPU rows ask for 32).
+CONVERT_GRID: dict[str, Any] = dict(
+    convert=dict(batch_groups=64, lr=5e-4, encoder_lr=1e-4, warmup_ratio=0.1, max_length=32),
+    finetune=dict(lr=2e-4, encoder_lr=1e-4, max_train_examples=2000, max_eval_examples=1000, batch_size=32,
+                  max_length=48, sentence_pooling="mean", warmup_ratio=0.1, min_steps=1),
+    task_finetune=dict(pos=dict(encoder_lr=5e-5), ner=dict(lr=5e-4, encoder_lr=1e-4)),
+    epochs=3.0, task_epochs=dict(ner=5.0), epochs_cap=20.0,
+)
+
+
 RECIPES: dict[str, Any] = {
     "stages/paper": PAPER_RECIPE,
     "stages/tiny": TINY_RECIPE,
@@ -207,6 +232,8 @@ RECIPES: dict[str, Any] = {
     "demo": DEMO_FULL,
     "demo/quick": DEMO_QUICK,
     **{f"reproduce/{name}": preset for name, preset in REPRODUCTION_PRESETS.items()},
+    "experiments/sweep-finetune": SWEEP_WARM_FINETUNE,
+    "experiments/convert-grid": CONVERT_GRID,
 }
 
 
