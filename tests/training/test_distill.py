@@ -107,6 +107,34 @@ def test_state_distillation_mixes_with_retrieval_and_trains_the_student(tmp_path
         StateDistillation(plain_encoder(tmp_path / "wide", hidden_size=64), student, weight=0.5)
 
 
+def test_pooled_state_distillation_matches_each_instance_sentence_vector(tmp_path):
+    """``pooling="mean"``: one target per instance, its mean over real tokens, so a student whose
+    states differ from the teacher's token by token but not on average is already exact."""
+    path = plain_encoder(tmp_path / "plain")
+    student = MuxBertForRetrieval.from_encoder(path, num_instances=1, mux_type="identity", demux_type="identity")
+    pooled, tokens = (StateDistillation(path, student, weight=1.0, pooling=pooling) for pooling in ("mean", "tokens"))
+    batch = random_batch(4)
+    batch["attention_mask"][:, -3:] = 0  # padding takes no part in the means
+    assert torch.allclose(pooled(student.eval(), batch).similarity, torch.tensor(1.0), atol=1e-5)
+    teacher_forward = pooled.teacher.forward
+
+    def shuffled_tokens(**inputs):  # the same states in another order over the real tokens: equal means
+        output = teacher_forward(**inputs)
+        real = int(inputs["attention_mask"][0].sum())
+        order = torch.cat([torch.arange(real).flip(0), torch.arange(real, inputs["input_ids"].shape[1])])
+        output.last_hidden_state = output.last_hidden_state[:, order]
+        return output
+
+    for distill in (pooled, tokens):
+        distill.teacher.forward = shuffled_tokens
+    batch["attention_mask"][:] = 1
+    batch["attention_mask"][:, -3:] = 0
+    assert torch.allclose(pooled(student, batch).similarity, torch.tensor(1.0), atol=1e-5)
+    assert tokens(student, batch).similarity < 0.99
+    with pytest.raises(ValueError, match="'tokens'"):
+        StateDistillation(path, student, weight=0.5, pooling="max")
+
+
 def test_finetune_with_a_teacher_runs_through_the_stage(tmp_path):
     settings = dict(MICRO, task="sentiment", max_train_examples=48, max_eval_examples=20, max_steps=3)
     run_stage(TrainConfig(stage="finetune", output_dir=str(tmp_path / "teacher"), num_instances=1, **settings))

@@ -89,6 +89,9 @@ class TrainConfig:
                                   "fine-tuning (soft labels), a plain encoder when priming (its per-instance states)")
     distill_temperature: float = setting(2.0, "softmax temperature of the soft labels")
     distill_weight: float = setting(0.5, "weight w of the distillation term")
+    distill_pooling: str = setting("tokens", "priming with a teacher: match every token's states ('tokens') or each "
+                                             "instance's mean over its tokens ('mean', the sentence vector)",
+                                   choices=("tokens", "mean"))
     consistency_weight: float | None = setting(
         help="fine-tuning: encode every batch in two compositions and add this weight x the disagreement of "
              "their predictions (steadier predictions whatever the companions; tiny recipe: 4 for N > 1; 0 = off)")

@@ -7,7 +7,9 @@
 - Retrieval priming of a converted encoder (:class:`StateDistillation`): every instance's
   demultiplexed last-layer states learn the plain encoder's states for that instance alone,
   ``(1 - w) * retrieval_loss + w * (1 - cosine)`` over real tokens, so the MUX model keeps the
-  features the pretrained encoder computes while it learns to keep the instances apart.
+  features the pretrained encoder computes while it learns to keep the instances apart. With
+  ``pooling="mean"`` the target is each instance's mean over its real tokens instead (the sentence
+  vector a mean-pooling head reads; one target per instance rather than one per token).
 """
 
 from __future__ import annotations
@@ -83,9 +85,12 @@ class StateDistillation:
     """A plain encoder's per-instance last-layer states as targets for the demultiplexed ones,
     mixed with the retrieval loss of the priming stage."""
 
-    def __init__(self, teacher_dir: str | Path, student, *, weight: float, device=None):
+    def __init__(self, teacher_dir: str | Path, student, *, weight: float, pooling: str = "tokens", device=None):
         if not 0.0 <= weight <= 1.0:
             raise ValueError(f"the distillation weight must lie in [0, 1], got {weight}")
+        if pooling not in ("tokens", "mean"):
+            raise ValueError(f"state distillation matches every token's states ('tokens') or each instance's "
+                             f"mean over its tokens ('mean'), not {pooling!r}")
         try:
             teacher = AutoModel.from_pretrained(teacher_dir, add_pooling_layer=False)
         except TypeError:  # model classes without a pooler
@@ -97,7 +102,7 @@ class StateDistillation:
             raise ValueError(f"the teacher's states have width {teacher.config.hidden_size}, the student's "
                              f"{student.config.hidden_size}: state distillation needs the same width")
         self.teacher = _frozen(teacher, device or next(student.parameters()).device)
-        self.weight = float(weight)
+        self.weight, self.pooling = float(weight), pooling
 
     def __call__(self, model, batch: dict[str, torch.Tensor]) -> MuxRetrievalOutput:
         inputs = {key: batch[key] for key in _INPUTS if key in batch}
@@ -105,9 +110,15 @@ class StateDistillation:
         real = inputs["attention_mask"].to(torch.float32)
         with torch.no_grad():
             target = self.teacher(**inputs).last_hidden_state
-        # The mean over real tokens as a weighted sum: no data-dependent shape, so no host sync.
-        per_token = F.cosine_similarity(aux.last_hidden_state.float(), target.float(), dim=-1)
-        similarity = (per_token * real).sum() / real.sum().clamp(min=1)
+        # Means over real tokens as weighted sums: no data-dependent shape, so no host sync.
+        if self.pooling == "mean":
+            weights = real[..., None]
+            count = weights.sum(1).clamp(min=1)
+            student_vectors = (aux.last_hidden_state.float() * weights).sum(1) / count
+            similarity = F.cosine_similarity(student_vectors, (target.float() * weights).sum(1) / count, dim=-1).mean()
+        else:
+            per_token = F.cosine_similarity(aux.last_hidden_state.float(), target.float(), dim=-1)
+            similarity = (per_token * real).sum() / real.sum().clamp(min=1)
         aux.loss = (1 - self.weight) * aux.loss + self.weight * (1 - similarity)
         aux.similarity = similarity.detach()  # a declared output field: logged as a curve
         return aux

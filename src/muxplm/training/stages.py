@@ -113,7 +113,8 @@ def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     if config.teacher:
         if config.stage != "retrieval":
             raise ValueError(f"--teacher applies to fine-tuning and to retrieval priming, not to --stage {config.stage}")
-        loss_fn = StateDistillation(config.teacher, model, weight=config.distill_weight, device=accelerator.device)
+        loss_fn = StateDistillation(config.teacher, model, weight=config.distill_weight,
+                                    pooling=config.distill_pooling, device=accelerator.device)
     run = TrainingRun(
         model=model, tokenizer=tokenizer, train_set=train_blocks, collate=collate, evaluate=evaluate,
         resume_from=resume_from, best_metric=("loss", False), loss_fn=loss_fn,
