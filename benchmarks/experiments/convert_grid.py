@@ -215,6 +215,21 @@ def adapters_plan() -> list[Row]:
                                 int8=False) for row in rows]
 
 
+def sdistill_plan() -> list[Row]:
+    """The converted encoders' frozen sentence vectors carry less of the task than MiniLM's
+    (linear probes, ``probe_pooling.py``: sentiment 60-66 against 77): the N = 5 adapter
+    conversion (800 progressive steps) goes on for 300 steps with the plain MiniLM's sentence
+    vector (each instance's mean over its tokens) as a target beside the retrieval loss (w = 0.5),
+    then fine-tunes as the adapter rows do (20 and 40 epochs)."""
+    distilled = dict(steps=300, distill=0.5, regroup_from="n5-prog5-k0-800-adapter-ep20",
+                     convert={"batch_groups": "32", "distill_pooling": "mean"})
+    rows = [Row("n5-adapter-sdistill300-ep20", 5, 0, **distilled, finetune={"num_epochs": "20"})]
+    rows += [Row("n5-adapter-sdistill300-ep40", 5, 0, steps=300, convert_from="n5-adapter-sdistill300-ep20",
+                 finetune={"num_epochs": "40"})]
+    return [dataclasses.replace(row, tasks=("sentiment", "trec") if row.name.endswith("ep40") else ("sentiment",),
+                                int8=False) for row in rows]
+
+
 def data8k_plan() -> list[Row]:
     """More labelled data at the same fine-tuning compute (sentiment): 8,000 examples for 5
     epochs against the 2,000 x 20 epochs of the equal20 / stack20 rows, for the 1- and 2-layer
@@ -260,7 +275,7 @@ def smoke_plan() -> list[Row]:
 PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan, "smoke": smoke_plan,
          "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan,
          "stack20": stack20_plan, "equal20": equal20_plan, "equal40": equal40_plan, "equal80": equal80_plan,
-         "adapters": adapters_plan, "enclr": enclr_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
+         "adapters": adapters_plan, "sdistill": sdistill_plan, "enclr": enclr_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
          "mpnet-gpu": mpnet_gpu_plan}
 CONVERT = {key: str(value) for key, value in GRID["convert"].items()}
 
