@@ -8,7 +8,8 @@ For a MUX checkpoint two poolings are probed: the model's own (each instance's m
 multiplexed states over its tokens, then demultiplexed: one demultiplexer pass per instance) and
 demultiplexing every token, then taking each instance's mean (one pass per instance and token).
 A plain encoder gives its mean over tokens. A logistic regression (scikit-learn) is fitted on the
-training vectors and scored on the dev ones; 5 composition seeds for MUX checkpoints.
+training vectors and scored on the dev ones; 5 composition seeds for MUX checkpoints. Each row also
+gives the share of the training vectors' variance that lies between the classes' means.
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ def sentence_vectors(model, is_mux: bool, encoded: dict, seed: int, batch_size: 
     return {name: torch.cat(parts).float().numpy() for name, parts in out.items()}
 
 
+def between_class_share(x: np.ndarray, y: np.ndarray) -> float:
+    """The share of the vectors' variance that lies between the classes' means (trace of the
+    between-class scatter over the total): how loudly the classes speak over everything else, a
+    companion's interference included."""
+    centred = x - x.mean(0)
+    between = sum((y == label).sum() * np.sum((x[y == label].mean(0) - x.mean(0)) ** 2) for label in np.unique(y))
+    return float(between / np.sum(centred ** 2))
+
+
 def probe(train_x, train_y, dev_x, dev_y) -> float:
     classifier = make_pipeline(StandardScaler(), LogisticRegression(C=0.1, max_iter=2000))
     classifier.fit(train_x, train_y)
@@ -89,6 +99,7 @@ def main(argv=None) -> int:
 
         train_enc, dev_enc = encode(train), encode(dev)
         scores: dict[str, list[float]] = {}
+        shares: dict[str, list[float]] = {}
         started = time.time()
         for seed in range(args.seeds if is_mux else 1):
             train_vectors = sentence_vectors(model, is_mux, train_enc, seed)
@@ -96,11 +107,14 @@ def main(argv=None) -> int:
             for pooling in train_vectors:
                 scores.setdefault(pooling, []).append(
                     probe(train_vectors[pooling], np.array(train[label]), dev_vectors[pooling], np.array(dev[label])))
+                shares.setdefault(pooling, []).append(between_class_share(train_vectors[pooling], np.array(train[label])))
         for pooling, values in scores.items():
             row = dict(checkpoint=name, path=path, task=args.task, pooling=pooling, mean=100 * float(np.mean(values)),
-                       std=100 * float(np.std(values)), seeds=len(values), seconds=time.time() - started)
+                       std=100 * float(np.std(values)), between_class_share=float(np.mean(shares[pooling])),
+                       seeds=len(values), seconds=time.time() - started)
             results.append(row)
-            print(f"{name:40s} {pooling:16s} {row['mean']:.1f} ± {row['std']:.1f}", flush=True)
+            print(f"{name:40s} {pooling:16s} {row['mean']:.1f} ± {row['std']:.1f}  between-class share of the "
+                  f"variance {row['between_class_share']:.4f}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with (out / f"probes-{args.task}.jsonl").open("a") as handle:

@@ -3,6 +3,7 @@ encoder and for a MUX checkpoint (both poolings), on the fine-tuning's own subse
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from transformers import BertConfig, BertModel
@@ -31,7 +32,15 @@ def test_a_plain_and_a_mux_checkpoint_are_probed(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "out" / "probes-sentiment.jsonl").read_text().splitlines()]
     assert [(row["checkpoint"], row["pooling"], row["seeds"]) for row in rows] == [
         ("plain", "mean", 1), ("mux", "pool-then-demux", 2), ("mux", "demux-then-pool", 2)]
-    assert all(0 <= row["mean"] <= 100 for row in rows)
+    assert all(0 <= row["mean"] <= 100 and 0 <= row["between_class_share"] <= 1 for row in rows)
+
+
+def test_the_between_class_share_is_the_variance_of_the_class_means():
+    probe = load_script("probe_pooling")
+    labels = np.array([0, 0, 1, 1])
+    apart = np.array([[0.0, 1.0], [0.0, -1.0], [4.0, 1.0], [4.0, -1.0]])  # classes differ in x only
+    assert probe.between_class_share(apart, labels) == pytest.approx(16 / (16 + 4))
+    assert probe.between_class_share(apart, np.array([0, 1, 0, 1])) == pytest.approx(4 / 20)
 
 
 def test_the_probe_reads_a_shuffled_subset_like_the_fine_tuning():
