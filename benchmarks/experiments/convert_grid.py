@@ -205,6 +205,8 @@ def adapters_plan() -> list[Row]:
     # 40 epochs, the adapter rows' best length.
     rows.append(Row("n5-k0-from-n2-400-adapter-ep40", 5, 0, steps=400, regroup_from="n2-prog5-k0-400-adapter-ep20",
                     convert={"batch_groups": "32", "mux_type": "adapter"}, finetune={"num_epochs": "40"}))
+    rows.append(Row("n5-k0-from-n2-400-adapter-ep80", 5, 0, steps=400, convert_from="n5-k0-from-n2-400-adapter-ep40",
+                    finetune={"num_epochs": "80"}))
     # Stacked: the 3-layer cut at N = 5, K = 0, with adapters (the mixture moved down from layer 2):
     # 3/5 of a layer's work per instance against the 1-layer cut's whole layer.
     rows.append(Row("cut3-n5-prog2-k0-800-adapter-ep40", 5, 0, keep=3, steps=800, finetune={"num_epochs": "40"},
