@@ -1,8 +1,9 @@
 """Every training recipe in one place, by name (``get_recipe``, ``RECIPES``): the per-stage
 defaults (the paper's and the tiny CPU ones), the conversion of a pretrained encoder, the demo,
-the reproduction presets, and the settings the benchmark sweeps share. Each keeps, beside its numbers, the measurements that chose them.
-The modules that run them (``config``, ``convert``, ``demo``, ``muxplm.bench.reproduce``, and
-``benchmarks/experiments``' sweeps) read them from here; nothing else holds recipe values.
+the reproduction presets, and the settings the benchmark sweeps share. Each keeps, beside its
+numbers, the measurements that chose them. The modules that run them (``config``, ``convert``,
+``demo``, ``muxplm.bench.reproduce``, and the sweeps under ``benchmarks/experiments``) read them
+from here; nothing else holds recipe values.
 """
 
 from __future__ import annotations
