@@ -28,13 +28,8 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 import muxplm  # noqa: F401  (registers the MUX models with the Auto classes)
 from muxplm.data.tasks import get_task
-from muxplm.modeling_mux import pooled_instance_states
-from muxplm.training.inputs import _subset
-
-
-def _mean(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    weights = mask[..., None].to(states.dtype)
-    return (states * weights).sum(1) / weights.sum(1).clamp(min=1)
+from muxplm.modeling_mux import mean_over_tokens, pooled_instance_states
+from muxplm.training.inputs import fixed_subset
 
 
 @torch.inference_mode()
@@ -45,13 +40,13 @@ def sentence_vectors(model, is_mux: bool, encoded: dict, seed: int, batch_size: 
         batch = {key: value[start:start + batch_size] for key, value in encoded.items()}
         if not is_mux:
             states = model(**batch).last_hidden_state
-            out.setdefault("mean", []).append(_mean(states, batch["attention_mask"]))
+            out.setdefault("mean", []).append(mean_over_tokens(states, batch["attention_mask"]))
             continue
         state = model.multiplex(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
                                 composition_seed=seed + start)
         pooled = pooled_instance_states(state.demux, state.muxed, state.slot_mask)  # [G, N, H]
         out.setdefault("pool-then-demux", []).append(state.plan.ungroup(pooled.flatten(0, 1)))
-        out.setdefault("demux-then-pool", []).append(_mean(state.demux_rows(), batch["attention_mask"]))
+        out.setdefault("demux-then-pool", []).append(mean_over_tokens(state.demux_rows(), batch["attention_mask"]))
     return {name: torch.cat(parts).float().numpy() for name, parts in out.items()}
 
 
@@ -84,8 +79,8 @@ def main(argv=None) -> int:
     spec, data = get_task(args.task)
     text, label = spec.text_columns[0], "label"
     # The fine-tuning's subsets (a seeded shuffle: the files are sorted, by label for sentiment).
-    train = _subset(data["train"], args.train_examples)
-    dev = _subset(data["validation"], args.dev_examples)
+    train = fixed_subset(data["train"], args.train_examples)
+    dev = fixed_subset(data["validation"], args.dev_examples)
     results = []
     for item in args.checkpoints:
         name, path = item.split("=", 1)

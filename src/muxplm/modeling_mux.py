@@ -181,6 +181,13 @@ class MuxState:
         return self.demux_slots(self.plan.slot_of[rows], positions)
 
 
+def mean_over_tokens(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's mean over its real tokens, ``[B, L, H] -> [B, H]`` (a weighted sum: no
+    data-dependent shape, so no host sync; a row without real tokens gives zeros)."""
+    weights = mask[..., None].to(states.dtype)
+    return (states * weights).sum(1) / weights.sum(1).clamp(min=1)
+
+
 def pooled_instance_states(demux: Demultiplexer, muxed: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
     """Each instance's mean over its own token positions of the encoder output, demultiplexed:
     ``[G, N, H]``. Pooling comes first: it is linear, so for the unbinding demux it equals the

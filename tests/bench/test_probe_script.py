@@ -9,7 +9,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from muxplm import MuxBertModel
-from muxplm.training.inputs import _subset
+from muxplm.training.inputs import fixed_subset
 
 from script_testing import load_script
 
@@ -48,5 +48,5 @@ def test_the_probe_reads_a_shuffled_subset_like_the_fine_tuning():
     from muxplm.data.tasks import get_task
 
     _, data = get_task("sentiment")
-    labels = _subset(data["train"], 400)["label"]
+    labels = fixed_subset(data["train"], 400)["label"]
     assert 0.3 < sum(labels) / len(labels) < 0.7

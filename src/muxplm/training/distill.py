@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional as F
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-from ..modeling_mux import MuxRetrievalOutput
+from ..modeling_mux import MuxRetrievalOutput, mean_over_tokens
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -112,10 +112,8 @@ class StateDistillation:
             target = self.teacher(**inputs).last_hidden_state
         # Means over real tokens as weighted sums: no data-dependent shape, so no host sync.
         if self.pooling == "mean":
-            weights = real[..., None]
-            count = weights.sum(1).clamp(min=1)
-            student_vectors = (aux.last_hidden_state.float() * weights).sum(1) / count
-            similarity = F.cosine_similarity(student_vectors, (target.float() * weights).sum(1) / count, dim=-1).mean()
+            similarity = F.cosine_similarity(mean_over_tokens(aux.last_hidden_state.float(), real),
+                                             mean_over_tokens(target.float(), real), dim=-1).mean()
         else:
             per_token = F.cosine_similarity(aux.last_hidden_state.float(), target.float(), dim=-1)
             similarity = (per_token * real).sum() / real.sum().clamp(min=1)

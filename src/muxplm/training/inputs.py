@@ -29,7 +29,7 @@ TOKEN_FILE_SUFFIXES = (".conll", ".conllu", ".bio", ".iob", ".iob2", ".txt")
 PRETRAIN_EVAL_BLOCKS = 256
 
 
-def _subset(dataset, limit: int | None, seed: int = 0):
+def fixed_subset(dataset, limit: int | None, seed: int = 0):
     """A fixed random subset of ``limit`` rows (all rows when ``limit`` is None or larger)."""
     if limit is None or limit >= len(dataset):
         return dataset
@@ -81,7 +81,7 @@ def load_task_features(
     for split in splits:
         if split not in data:
             raise ValueError(f"task {spec.name!r} has no {split!r} split (it has {', '.join(data)})")
-        rows = _subset(data[split], limits.get(split), seed=seed)
+        rows = fixed_subset(data[split], limits.get(split), seed=seed)
         if len(rows) == 0:
             raise ValueError(f"the {split} split of task {spec.name!r} is empty")
         tokenize = tokenize_token_task if spec.kind == "token" else tokenize_sentence_task
