@@ -101,7 +101,7 @@ def plot(points: list[dict], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("speed-up over plain MiniLM (fp32, this CPU, one thread)")
     ax.set_ylabel("sentence average (sentiment, trec)")
-    ax.legend(loc="lower left")
+    ax.legend(loc="upper right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
