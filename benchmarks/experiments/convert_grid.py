@@ -306,7 +306,8 @@ def smoke_plan() -> list[Row]:
 PLANS = {"curves": curves_plan, "pareto": pareto_plan, "finetune": finetune_plan, "smoke": smoke_plan,
          "pareto+finetune": lambda: pareto_plan() + finetune_plan(), "curves20": curves20_plan,
          "stack20": stack20_plan, "equal20": equal20_plan, "equal40": equal40_plan, "equal80": equal80_plan,
-         "adapters": adapters_plan, "sdistill": sdistill_plan, "consistency": consistency_plan, "stacked": stacked_plan, "enclr": enclr_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
+         "adapters": adapters_plan, "sdistill": sdistill_plan, "consistency": consistency_plan,
+         "stacked": stacked_plan, "enclr": enclr_plan, "data8k": data8k_plan, "mpnet": mpnet_plan,
          "mpnet-gpu": mpnet_gpu_plan}
 CONVERT = {key: str(value) for key, value in GRID["convert"].items()}
 
