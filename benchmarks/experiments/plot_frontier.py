@@ -62,9 +62,9 @@ def frontier(rows: dict[str, dict], speeds: dict[str, dict[str, float]]) -> list
                            int8_speedup=speeds[name].get("int8")))
     cuts = [p for p in points if p["num_instances"] == 1]
     for point in points:
-        beaten_by = [c["name"] for c in cuts if c is not point and c["speedup"] >= point["speedup"] * (1 - SPEED_TOLERANCE)
-                     and c["average"] >= point["average"]]
-        point["beaten_by"] = beaten_by
+        point["beaten_by"] = [] if point["num_instances"] == 1 else [
+            c["name"] for c in cuts
+            if c["speedup"] >= point["speedup"] * (1 - SPEED_TOLERANCE) and c["average"] >= point["average"]]
     return sorted(points, key=lambda p: -p["speedup"])
 
 
