@@ -117,9 +117,11 @@ class TrainingRun:
     best_metric: tuple[str, bool] | None = None  # (evaluation key, greater is better) that ranks checkpoints
 
 
-def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+def _optimizer(model: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     """AdamW without weight decay on biases and norms; the embeddings and encoder layers at
-    ``encoder_lr`` when given (a warm-started encoder wants smaller steps than fresh modules)."""
+    ``encoder_lr`` when given (a warm-started encoder wants smaller steps than fresh modules).
+    PyTorch's fused kernel where it has one: on the CPU it updates the tiny 11M-parameter model
+    in 0.02 s against 0.14 s for the default, which was half of an N = 5 fine-tuning step."""
     prefix = getattr(model, "base_model_prefix", "")
     encoder = tuple(f"{prefix}.{part}." if prefix and hasattr(model, prefix) else f"{part}."
                     for part in ("embeddings", "encoder", "embeddings_project"))
@@ -134,7 +136,7 @@ def _optimizer(model: torch.nn.Module, config: TrainConfig) -> torch.optim.Optim
         [{"params": params, "weight_decay": 0.0 if no_decay else config.weight_decay,
           "lr": config.encoder_lr if in_encoder else config.lr}
          for (no_decay, in_encoder), params in sorted(groups.items())],
-        lr=config.lr, eps=config.adam_eps,
+        lr=config.lr, eps=config.adam_eps, fused=device.type in ("cpu", "cuda"),
     )
 
 
@@ -264,7 +266,7 @@ class _Loop:
                                    math.ceil(config.num_epochs * self.sampler.batches_per_epoch / accumulation))
         warmup = (config.warmup_steps if config.warmup_steps is not None
                   else round(config.warmup_ratio * self.total_steps))
-        optimizer = _optimizer(run.model, config)
+        optimizer = _optimizer(run.model, config, accelerator.device)
         self.scheduler = get_linear_schedule_with_warmup(optimizer, warmup, self.total_steps)
         # The scheduler is stepped here once per optimizer update, so it is not handed to prepare()
         # (Accelerate's wrapper would step it once per process).
