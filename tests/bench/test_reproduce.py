@@ -249,10 +249,13 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
         for task in reproduce.DEFAULT_TASKS:
             stage = by_dir[(key, f"3-{task}")]
             assert stage.task == task and Path(stage.init).name == "2-pretrain"
-            assert stage.num_epochs == by_dir[("bert", f"3-{task}")].num_epochs, (key, task)  # one length for all
+            baseline = by_dir[("bert", f"3-{task}")]
+            for setting in ("num_epochs", "max_steps", "eval_steps", "load_best_at_end"):  # one rule for all
+                assert getattr(stage, setting) == getattr(baseline, setting), (key, task, setting)
             # The full recipe gives the sentence tasks all their data (the warm-start rows keep their cap).
             if preset == "full" and task == "sentiment":
                 assert stage.max_train_examples == (2000 if model.warm_start else None)
+                assert stage.load_best_at_end and stage.eval_steps == stage.save_steps < stage.max_steps
 
 
 def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path):
@@ -275,6 +278,13 @@ def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path)
                       dict(seed=1), dict(max_train_examples=10)):
         settings = {**dict(lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9), **differing}
         assert not _finished_with(TrainConfig(**asked, **settings)), differing
+    # Where the stage ends with its best evaluated weights, the evaluation and save steps pick
+    # them: no longer bookkeeping.
+    best = dict(lr=0.5, num_epochs=99, load_best_at_end=True, eval_steps=10, save_steps=10)
+    (folder / "train_config.json").write_text(json.dumps(resolved_config(TrainConfig(**asked, **best)).to_dict()))
+    assert _finished_with(TrainConfig(**asked, **best))
+    assert not _finished_with(TrainConfig(**asked, **{**best, "eval_steps": 20, "save_steps": 20}))
+    (folder / "train_config.json").write_text(json.dumps(resolved_config(trained).to_dict()))
     (folder / "train_results.json").write_text(json.dumps({"code": {"source_hash": "other code"}}))
     assert not _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
     (folder / "train_results.json").write_text("{}")  # trained before the code was recorded

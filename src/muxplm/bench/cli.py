@@ -113,7 +113,7 @@ def register(subparsers) -> None:
         "paper's targets. Writes results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md.",
     )
     preset = rp.add_mutually_exclusive_group()
-    for name, text in (("quick", "<= 30 min on a 2-core CPU (default)"), ("full", "the CPU recipe, <= 3 h"),
+    for name, text in (("quick", "<= 30 min on a 2-core CPU (default)"), ("full", "the CPU recipe, hours"),
                        ("gpu", "small preset, bf16, about 20 min on one H100"),
                        ("convert", "pretrained MiniLM converted with `muxplm convert` at N = 2, 5, 10 "
                                    "against plain MiniLM (default models of that preset)")):

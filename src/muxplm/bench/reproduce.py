@@ -161,9 +161,12 @@ def _finished_with(config: TrainConfig) -> bool:
     if config.init and Path(saved.get("init") or "").parts[-2:] != Path(config.init).parts[-2:]:
         return False
     wanted = json.loads(json.dumps(resolved_config(config).to_dict(), default=str))
-    if set(saved) - _BOOKKEEPING != set(wanted) - _BOOKKEEPING:
+    ignored = _BOOKKEEPING
+    if wanted.get("load_best_at_end") or wanted.get("early_stopping_patience"):
+        ignored = _BOOKKEEPING - {"eval_steps", "save_steps"}  # they choose the weights the stage ends with
+    if set(saved) - ignored != set(wanted) - ignored:
         return False
-    return all(saved[key] == value for key, value in wanted.items() if key not in _BOOKKEEPING)
+    return all(saved[key] == value for key, value in wanted.items() if key not in ignored)
 
 
 def _run(config: TrainConfig) -> dict[str, Any]:
@@ -249,7 +252,9 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
         warm = {"lr": recipe["warm"]["finetune_lr"], "max_train_examples": recipe["warm"]["max_train_examples"]}
         settings.update({key: value for key, value in warm.items() if value is not None})  # None: keep
     source = dict(init=init) if init else dict(init_encoder=encoder, num_instances=1)
-    summary = _run(TrainConfig(**_common(recipe, output, "finetune", seed, progress), task=task, **source, **settings))
+    # The recipe may set its own evaluation and save steps (a best-on-dev rule needs them).
+    summary = _run(TrainConfig(**{**_common(recipe, output, "finetune", seed, progress), **settings}, task=task,
+                               **source))
     return str(output), summary
 
 
