@@ -68,3 +68,9 @@ ALL=$(IFS=,; echo "${SHARDS[*]}")
 mkdir -p "$OUT"
 muxplm reproduce "--$PRESET" "${THREADS[@]}" --runs-dir "$RUNS" --output-dir "$OUT" --models "$ALL" | tee "$RUNS/logs/collect.log"
 cp "$RUNS/logs/collect.log" "$OUT/log.txt"
+# The analyses that need more than the collecting run wrote (lottery, ensembling and Pareto are in
+# OUT already): every row's dev curve over its fine-tuning length grid, and the muxology of the
+# pre-trained checkpoints, BERT against MUX-BERT N = 2 / 5 / 10.
+python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "$OUT" > /dev/null
+muxplm analyze muxology "$RUNS/bert/2-pretrain" "$RUNS/mux-bert-2/2-pretrain" "$RUNS/mux-bert-5/2-pretrain" \
+    "$RUNS/mux-bert-10/2-pretrain" --num-sentences 200 --max-length 48 --output "$OUT/muxology.json"
