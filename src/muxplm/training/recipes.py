@@ -118,7 +118,7 @@ _TINY_2L = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, int
 
 # `muxplm bench reproduce --preset NAME`. Every model of a run shares the same budget; MiniLM rows use
 # the same steps at the warm-start learning rates. ``quick``: <= 30 min on the 2-core CPU machine;
-# ``full``: the tiny preset, about 3 h there for the default rows and 6 for the paper's 19 (two
+# ``full``: the tiny preset, about 4 h there for the default rows and 7.5 for the paper's 19 (two
 # shards side by side); ``gpu``: the small preset (L4/H512), about 20 min on one H100.
 REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
     "quick": dict(
@@ -146,14 +146,16 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         # BERT scored 82.2 on sentiment after 538 steps and 79.7 after 5,380 (over-fitted), while
         # MUX-BERT N = 5 / 10 kept 95 / 91 % only after 2,690 / 5,380. Composition consistency is
         # off: it doubles a MUX step (benchmarks/results/curves/consistency measures it).
-        # Cost (2-core CPU, one thread a shard): length-grouped batches and the fused optimizer
-        # make a step 0.41 / 0.17 s at N = 1 / 5 (0.53 / 0.21 without grouping); ~5.8 core-hours
-        # for the 19 rows of `--models paper`.
+        # Cost (2-core CPU, one thread a shard): with the fused optimizer a step takes 0.53 / 0.21 s
+        # at N = 1 / 5; ~7.5 core-hours for the 19 rows of `--models paper`. Not length-grouped
+        # batches, though they would cut a step by a fifth: on MUX-BERT N = 2 sentiment they cost
+        # 1.8 points and raised the predictions changed by the composition from 11.7 to 15.9 %
+        # (benchmarks/results/curves/consistency, `n2-sentiment-w4-bylength`).
         # All of every task's training data (sentiment 8,607, trec 4,843, pos 51,606, ner 2,155
         # sentences). NER: WNUT-16 entities are rare; at 2e-4 the early probes predicted none.
         # Sentence heads pool each instance's tokens (curves/pooling).
         finetune=dict(max_steps=1500, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=1000,
-                      consistency_weight=0.0, group_by_length=True, eval_steps=250, save_steps=250,
+                      consistency_weight=0.0, eval_steps=250, save_steps=250,
                       load_best_at_end=True),
         task_finetune=dict(sentiment=dict(sentence_pooling="mean"), trec=dict(sentence_pooling="mean"),
                            ner=dict(lr=1e-3)),
