@@ -323,3 +323,79 @@ def test_a_larger_size_trains_its_own_shape_against_its_own_baseline(tmp_path):
     assert results["rows"]["mux-bert-small-2"]["retention"]["sentiment"] == pytest.approx(mux / plain)
     # never measured against the tiny BERT row when its own is missing
     assert _baseline_of("mux-bert-small-2", {"bert": {}}) is None and _baseline_of("mux-bert-5", {"bert": {}}) == "bert"
+
+
+def test_parts_run_apart_merge_into_one_table_timed_side_by_side(micro_run, tmp_path):
+    """Shards of one reproduction run in different sessions (their checkpoints gone) merge into
+    one table: scores and training summaries as the parts measured them, retention against a
+    baseline from another part, every row timed again from its kept config."""
+    import shutil
+
+    from muxplm.bench.reproduce import merge_reproductions
+    from muxplm.training import load_classifier
+    from muxplm.training.models import classifier_class
+
+    first, first_results = micro_run
+    assert {p.name for p in (first / "configs").iterdir()} == {
+        "bert-sentence", "bert-token", "mux-bert-2-sentence", "mux-bert-2-token"}
+    second = tmp_path / "second"
+    run_reproduction(second, "quick", models=["mux-bert-5"], tasks=["sentiment", "ner"], seeds=2, overrides=MICRO,
+                     runs_dir=tmp_path / "runs", log=lambda *_: None)
+    shutil.rmtree(tmp_path / "runs")  # the session's checkpoints are gone; the results folders stay
+    merged = merge_reproductions([second, first], tmp_path / "merged", log=lambda *_: None)
+    assert merged["models"] == ["bert", "mux-bert-2", "mux-bert-5"]  # the paper's order
+    assert merged["evaluations"]["bert"] == first_results["evaluations"]["bert"]
+    rows = merged["rows"]
+    assert rows["mux-bert-5"]["baseline_used"] == "bert"
+    assert rows["mux-bert-5"]["scores"]["sentiment"]["mean"] / rows["bert"]["scores"]["sentiment"]["mean"] == \
+        pytest.approx(rows["mux-bert-5"]["retention"]["sentiment"])
+    for head in ("sentence", "token"):
+        assert set(merged["throughput"][head]) == {"bert", "mux-bert-2", "mux-bert-5"}
+        assert all(m["samples_per_s"] > 0 for m in merged["throughput"][head].values())
+    assert (tmp_path / "merged" / "table.md").read_text().count("\n") == 2 + 3
+    assert (tmp_path / "merged" / "configs" / "mux-bert-5-token" / "config.json").is_file()  # merged again later
+    # A row rebuilt from its kept config has its checkpoint's architecture (so its speed).
+    kept = first / "configs" / "mux-bert-2-token"
+    fresh = classifier_class(kept)(classifier_class(kept).config_class.from_pretrained(kept))
+    trained = load_classifier(first.parent / "runs" / "mux-bert-2" / "3-ner")[0]
+    assert {k: v.shape for k, v in fresh.state_dict().items()} == {k: v.shape for k, v in trained.state_dict().items()}
+
+
+def test_a_merge_refuses_parts_of_different_reproductions(micro_run, tmp_path):
+    import shutil
+
+    from muxplm.bench.reproduce import merge_reproductions
+
+    first, _ = micro_run
+
+    def part(name, edit):
+        folder = tmp_path / name
+        shutil.copytree(first, folder)
+        results = json.loads((folder / "results.json").read_text())
+        results["models"] = ["mux-bert-5"]
+        for field in ("evaluations", "training"):
+            results[field] = {"mux-bert-5": results[field]["mux-bert-2"]}
+        shutil.copytree(folder / "configs" / "mux-bert-2-sentence", folder / "configs" / "mux-bert-5-sentence")
+        shutil.copytree(folder / "configs" / "mux-bert-2-token", folder / "configs" / "mux-bert-5-token")
+        edit(results, folder)
+        (folder / "results.json").write_text(json.dumps(results))
+        return folder
+
+    def merge(other):
+        merge_reproductions([first, other], tmp_path / "merged", log=lambda *_: None)
+
+    with pytest.raises(ValueError, match=r"differ in their recipe \(finetune\)"):
+        merge(part("recipe", lambda r, _: r["recipe"]["finetune"].update(max_steps=3)))
+    with pytest.raises(ValueError, match="mux-bert-2 is in more than one part"):
+        merge(part("twice", lambda r, _: r.update(models=["mux-bert-2"], evaluations=r["evaluations"] | {
+            "mux-bert-2": r["evaluations"]["mux-bert-5"]})))
+
+    def other_code(results, _):
+        for stage in results["training"]["mux-bert-5"].values():
+            if isinstance(stage, dict) and stage.get("code"):
+                stage["code"]["source_hash"] = "0" * 64
+    with pytest.raises(ValueError, match="trained by different code.*CODE=COMMIT"):
+        merge(part("code", other_code))
+    with pytest.raises(ValueError, match="mux-bert-5-token/config.json is missing"):
+        merge(part("configs", lambda _, folder: shutil.rmtree(folder / "configs" / "mux-bert-5-token")))
+    merge(part("fine", lambda *_: None))  # the same part unedited merges

@@ -129,6 +129,10 @@ def register(subparsers) -> None:
     rp.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="override a recipe value, e.g. --set pretrain.max_steps=50 (repeatable)")
     rp.add_argument("--progress", action="store_true", help="show training progress bars")
+    rp.add_argument("--merge", nargs="+", metavar="RESULTS_DIR", default=None,
+                    help="instead of training: one table from these runs' results folders (shards of one "
+                    "reproduction run in different sessions, same recipe and code), every row timed again side "
+                    "by side, into --output-dir")
     rp.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); with --models and a "
                     "shared --runs-dir, shards can run side by side and a last run over all models collects them")
     rp.set_defaults(func=_run_reproduce, preset="quick")
@@ -277,10 +281,16 @@ def _run_table(args) -> int:
 def _run_reproduce(args) -> int:
     import torch
 
-    from .reproduce import report_text, run_reproduction
+    from .reproduce import merge_reproductions, report_text, run_reproduction
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.merge:
+        results = merge_reproductions(args.merge, args.output_dir)
+        print(report_text(results))
+        print(f"wrote the merged results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md to "
+              f"{args.output_dir}")
+        return 0
     overrides = {}
     for item in args.set:
         name, sep, value = item.partition("=")

@@ -32,6 +32,7 @@ import torch
 from ..configuration import preset_kwargs
 from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
+from ..training.models import classifier_class
 from ..training.recipes import REPRODUCTION_PRESETS
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
 from .throughput import DTYPES, environment
@@ -281,12 +282,20 @@ def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ens
 
 
 def measure_side_by_side(checkpoints: dict[str, str], *, batch_size: int, seq_length: int, batches: int,
-                         trials: int, clock: str, dtype: str, device: str, warmup: int = 1) -> dict[str, dict]:
+                         trials: int, clock: str, dtype: str, device: str, warmup: int = 1,
+                         fresh: bool = False) -> dict[str, dict]:
     """Inference samples/s of every fine-tuned checkpoint on the same random batch, timed round
-    robin (:mod:`muxplm.timing`)."""
+    robin (:mod:`muxplm.timing`); ``fresh``: each built from its folder's config.json alone, with
+    random weights."""
     device = torch.device(device)
-    models = {key: load_classifier(path)[0].eval().to(device=device, dtype=DTYPES[dtype])
-              for key, path in checkpoints.items()}
+
+    def build(path: str) -> torch.nn.Module:
+        if not fresh:
+            return load_classifier(path)[0]
+        model_class = classifier_class(path)
+        return model_class(model_class.config_class.from_pretrained(path))
+
+    models = {key: build(path).eval().to(device=device, dtype=DTYPES[dtype]) for key, path in checkpoints.items()}
     measured = side_by_side(models, batch_size=batch_size, seq_length=seq_length, batches=batches, trials=trials,
                             device=device, clock=clock, warmup=warmup)
     return {key: dict(samples_per_s=m["samples_per_s"], trials=m["trials"], wall_samples_per_s=m["wall_samples_per_s"],
@@ -536,12 +545,9 @@ def run_reproduction(output_dir: str | Path, preset: str = "quick", models: list
                 f"(max {100 * stats['max']:.1f}) over {len(result['seeds'])} seed(s)")
         training[key]["wall_seconds"] = time.perf_counter() - t0
     log("== throughput, all models side by side")
-    throughput = {}
-    for head, members in (("sentence", SENTENCE_TASKS), ("token", TOKEN_TASKS)):
-        task = next((t for t in tasks if t in members), None)
-        if task is not None:
-            throughput[head] = measure_side_by_side({k: checkpoints[k][task] for k in models},
-                                                    device=recipe["device"], **recipe["throughput"])
+    timed = timed_tasks(tasks)
+    throughput = {head: measure_side_by_side({k: checkpoints[k][task] for k in models}, device=recipe["device"],
+                                             **recipe["throughput"]) for head, task in timed.items()}
     rows = summarize_results(models, tasks, evaluations, throughput, training)
     checks = check_targets(rows)
     records = per_seed_records(evaluations)
@@ -550,7 +556,97 @@ def run_reproduction(output_dir: str | Path, preset: str = "quick", models: list
         rows=rows, checks=checks, throughput=throughput, training=training, evaluations=evaluations,
         wall_seconds=time.perf_counter() - start,
     )
+    keep_configs(root, {head: {key: checkpoints[key][task] for key in models} for head, task in timed.items()})
     write_outputs(root, results, records)
+    return results
+
+
+def timed_tasks(tasks: list[str]) -> dict[str, str]:
+    """head -> the task whose checkpoints are timed for it (the first of the run's tasks of that kind)."""
+    firsts = {head: next((t for t in tasks if t in members), None)
+              for head, members in (("sentence", SENTENCE_TASKS), ("token", TOKEN_TASKS))}
+    return {head: task for head, task in firsts.items() if task is not None}
+
+
+def keep_configs(root: Path, timed: dict[str, dict[str, str]]) -> None:
+    """The config.json of every timed checkpoint (head -> model -> checkpoint), kept as
+    ``root/configs/KEY-HEAD/config.json`` (a few kB): enough for :func:`merge_reproductions` to
+    time the row again once its checkpoints are gone."""
+    for head, by_key in timed.items():
+        for key, checkpoint in by_key.items():
+            folder = root / "configs" / f"{key}-{head}"
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(checkpoint) / "config.json", folder / "config.json")
+
+
+def _stage_codes(training: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
+    """source hash -> the rows with a stage trained by that code."""
+    codes: dict[str, set[str]] = {}
+    for key, stages in training.items():
+        for stage in stages.values():
+            if isinstance(stage, dict) and (stage.get("code") or {}).get("source_hash"):
+                codes.setdefault(stage["code"]["source_hash"], set()).add(key)
+    return codes
+
+
+def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=print) -> dict[str, Any]:
+    """One table from the results folders of several runs of one reproduction: the shards that
+    sessions trained one pair at a time, whose checkpoints did not outlive their session. The
+    parts must share the recipe, the tasks and the code every stage was trained with (one source
+    hash), and name each row once. Scores and training summaries are taken as the parts measured
+    them; every row is timed again, all side by side here, on a model built from its kept
+    config.json with random weights (a forward pass costs the same whatever its weights)."""
+    loaded = [(Path(part), json.loads((Path(part) / "results.json").read_text())) for part in parts]
+    if not loaded:
+        raise ValueError("merge needs at least one results folder")
+    first_dir, first = loaded[0]
+    models: list[str] = []
+    evaluations: dict[str, dict] = {}
+    training: dict[str, dict] = {}
+    configs: dict[str, dict[str, Path]] = {}
+    for folder, part in loaded:
+        for field in ("preset", "recipe", "tasks"):
+            if part[field] != first[field]:
+                differing = sorted(k for k in set(part[field]) | set(first[field])
+                                   if part[field].get(k) != first[field].get(k)) if isinstance(part[field], dict) \
+                    else [field]
+                raise ValueError(f"{folder} and {first_dir} differ in their {field} ({', '.join(differing)}): "
+                                 f"they are not parts of one reproduction")
+        for key in part["models"]:
+            if key in evaluations:
+                raise ValueError(f"{key} is in more than one part ({folder} and an earlier one)")
+            models.append(key)
+            evaluations[key], training[key] = part["evaluations"][key], part["training"][key]
+            for head in part["throughput"]:
+                kept = folder / "configs" / f"{key}-{head}"
+                if not (kept / "config.json").is_file():
+                    raise ValueError(f"{kept}/config.json is missing: a part keeps each timed model's config "
+                                     f"(run_reproduction writes them) so that the merge can time it again")
+                configs.setdefault(head, {})[key] = kept
+    codes = _stage_codes(training)
+    if len(codes) > 1:
+        which = "; ".join(f"{code[:12]}: {', '.join(sorted(keys))}" for code, keys in codes.items())
+        raise ValueError(f"the parts were trained by different code ({which}); train every part with one pinned "
+                         f"commit (CODE=COMMIT bash benchmarks/run_reproduce_paper.sh)")
+    order = {key: i for i, key in enumerate(PAPER_MODELS)}
+    models.sort(key=lambda key: order.get(key, len(order)))
+    recipe, tasks = first["recipe"], first["tasks"]
+    log(f"== throughput, {len(models)} models side by side (built from their configs)")
+    start = time.perf_counter()
+    throughput = {head: measure_side_by_side({key: str(by_key[key]) for key in models}, device=recipe["device"],
+                                             fresh=True, **recipe["throughput"])
+                  for head, by_key in configs.items()}
+    rows = summarize_results(models, tasks, evaluations, throughput, training)
+    results = dict(
+        preset=first["preset"], recipe=recipe, models=models, tasks=tasks, environment=environment(recipe["device"]),
+        rows=rows, checks=check_targets(rows), throughput=throughput, training=training, evaluations=evaluations,
+        wall_seconds=time.perf_counter() - start,
+        merged_from=[dict(folder=str(folder), models=part["models"], environment=part["environment"])
+                     for folder, part in loaded],
+    )
+    keep_configs(Path(output_dir), {head: {key: str(path) for key, path in by_key.items()}
+                                    for head, by_key in configs.items()})
+    write_outputs(Path(output_dir), results, per_seed_records(evaluations))
     return results
 
 

@@ -44,8 +44,8 @@ def tokenizer_for(config: TrainConfig, model_dir: str | Path | None):
     return load_tokenizer(tokenizer_source(model_dir, read_model_config(model_dir).get("model_type")))
 
 
-def load_classifier(checkpoint: str | Path):
-    """A fine-tuned sequence/token classifier and its tokenizer from a checkpoint directory.
+def classifier_class(checkpoint: str | Path) -> type:
+    """The MUX classifier class (family and head) a fine-tuned checkpoint's ``config.json`` names.
     Raises ``ValueError`` for a checkpoint without a classification head (e.g. an MLM one)."""
     saved = read_model_config(checkpoint)
     family = family_of_mux_type(saved.get("model_type"))
@@ -60,7 +60,13 @@ def load_classifier(checkpoint: str | Path):
             f"{checkpoint} is not a fine-tuned classifier (it holds {found}); evaluate needs the output of "
             f"`muxplm finetune`"
         )
-    model = family.models[kind].from_pretrained(checkpoint)
+    return family.models[kind]
+
+
+def load_classifier(checkpoint: str | Path):
+    """A fine-tuned sequence/token classifier and its tokenizer from a checkpoint directory.
+    Raises ``ValueError`` for a checkpoint without a classification head (e.g. an MLM one)."""
+    model = classifier_class(checkpoint).from_pretrained(checkpoint)
     return model, load_tokenizer(checkpoint)
 
 
