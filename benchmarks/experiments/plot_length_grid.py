@@ -9,6 +9,12 @@ row folder. Writes ``length-grid.md`` (per row and task: the score at each evalu
 best one marked) and ``length-grid.png`` (one panel per task, one line per row). Where the best
 step is the last one evaluated the row was still learning when its fine-tuning ended: the table
 says so, since that row would gain from a longer grid.
+
+``length-grid.md`` also answers what early stopping (``--early_stopping_patience P``: stop after P
+evaluations without a new best, keep the best) would have done to the same runs: the schedule
+does not depend on where a run stops, so each curve up to its stopping step is the one logged.
+Per patience: the share of the grid's fine-tuning time it would have spent (each stage's
+seconds per step from its ``train_results.json``) and the points each row would have lost.
 """
 
 from __future__ import annotations
@@ -46,6 +52,59 @@ def grid_markdown(curves: dict[str, dict[str, list[tuple[int, float]]]]) -> str:
     return "\n".join(lines)
 
 
+def stopping_point(curve: list[tuple[int, float]], patience: int) -> tuple[int, float]:
+    """(the step a run stops at, the best score it keeps) under early stopping with ``patience``."""
+    best, since = None, 0
+    for step, score in curve:
+        if best is None or score > best:
+            best, since = score, 0
+        else:
+            since += 1
+        if since >= patience:
+            return step, best
+    return curve[-1][0], best
+
+
+def seconds_per_step(runs: Path) -> dict[tuple[str, str], float]:
+    """(row, task) -> the fine-tuning stage's training seconds per step."""
+    costs = {}
+    for summary in runs.glob("*/3-*/train_results.json"):
+        saved = json.loads(summary.read_text())
+        if saved.get("train_seconds") and saved.get("final_step"):
+            costs[(summary.parent.parent.name, summary.parent.name.removeprefix("3-"))] = \
+                saved["train_seconds"] / saved["final_step"]
+    return costs
+
+
+def early_stopping_markdown(curves: dict[str, dict[str, list[tuple[int, float]]]],
+                            costs: dict[tuple[str, str], float], patiences=(1, 2, 3)) -> str:
+    lines = ["| patience | fine-tuning time (share of the grid's) | N = 1 rows' time | rows x tasks that lose | "
+             "points lost (largest; where) |", "|---|---|---|---|---|"]
+    for patience in patiences:
+        spent = whole = spent_plain = whole_plain = 0.0
+        losses = []
+        for row, by_task in curves.items():
+            for task, curve in by_task.items():
+                cost = costs.get((row, task), 1.0)
+                stop, kept = stopping_point(curve, patience)
+                lost = max(score for _, score in curve) - kept
+                spent, whole = spent + stop * cost, whole + curve[-1][0] * cost
+                if _plain(row):
+                    spent_plain, whole_plain = spent_plain + stop * cost, whole_plain + curve[-1][0] * cost
+                if lost > 0:
+                    losses.append((lost, f"{row} {task}"))
+        largest = max(losses, default=(0.0, "-"))
+        plain = f"{100 * spent_plain / whole_plain:.0f} %" if whole_plain else "-"
+        lines.append(f"| {patience} | {100 * spent / whole:.0f} % | {plain} | {len(losses)} | "
+                     f"{largest[0]:.1f}; {largest[1]} |")
+    return "\n".join(lines)
+
+
+def _plain(row: str) -> bool:
+    """An N = 1 row of the reproduction (bert, electra, bert-small, ...)."""
+    return not any(row.startswith(prefix) for prefix in ("mux-", "tmux-", "prefix-", "contextual-", "convert-"))
+
+
 def plot(curves: dict[str, dict[str, list[tuple[int, float]]]], path: Path) -> None:
     import matplotlib
 
@@ -78,9 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     if not curves:
         parser.error(f"no fine-tuning logs with evaluations under {args.runs}/*/3-*/")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "length-grid.md").write_text(grid_markdown(curves) + "\n")
+    text = grid_markdown(curves) + "\n\nEarly stopping on the same curves:\n\n" + \
+        early_stopping_markdown(curves, seconds_per_step(args.runs))
+    (args.out / "length-grid.md").write_text(text + "\n")
     plot(curves, args.out / "length-grid.png")
-    print(grid_markdown(curves))
+    print(text)
     return 0
 
 

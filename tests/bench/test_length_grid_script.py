@@ -37,3 +37,23 @@ def test_best_steps_and_still_rising_rows(grid, tmp_path):
 def test_no_logs_is_an_error(grid, tmp_path):
     with pytest.raises(SystemExit):
         grid.main(["--runs", str(tmp_path), "--out", str(tmp_path / "out")])
+
+
+def test_early_stopping_replays_the_logged_curves(grid, tmp_path):
+    """Patience P stops after P evaluations without a new best and keeps the best: on the logged
+    curves, the time it would have spent (weighted by each stage's seconds per step) and the
+    points it would have lost."""
+    assert grid.stopping_point([(250, 80.0), (500, 82.0), (750, 79.0), (1000, 83.0)], 1) == (750, 82.0)
+    assert grid.stopping_point([(250, 80.0), (500, 82.0), (750, 79.0), (1000, 83.0)], 2) == (1000, 83.0)
+    assert grid.stopping_point([(250, 50.0), (500, 50.0), (750, 70.0)], 1) == (500, 50.0)  # at chance: stopped early
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    write_log(runs / "bert" / "3-sentiment", [(250, 0.80), (500, 0.82), (750, 0.79), (1000, 0.78)])
+    write_log(runs / "mux-bert-10" / "3-sentiment", [(250, 0.50), (500, 0.50), (750, 0.70), (1000, 0.71)])
+    (runs / "bert" / "3-sentiment" / "train_results.json").write_text(json.dumps({"train_seconds": 3000, "final_step": 1000}))
+    (runs / "mux-bert-10" / "3-sentiment" / "train_results.json").write_text(json.dumps({"train_seconds": 1000, "final_step": 1000}))
+    assert grid.main(["--runs", str(runs), "--out", str(out)]) == 0
+    table = (out / "length-grid.md").read_text()
+    # patience 1: bert stops at 750 (3 s a step), mux-bert-10 at 500 having lost 21 points
+    assert "| 1 | 69 % | 75 % | 1 | 21.0; mux-bert-10 sentiment |" in table
+    # patience 2: bert stops at 1000 (its last), mux-bert-10 runs on to the end and keeps 71
+    assert "| 2 | 100 % | 100 % | 0 | 0.0; - |" in table
