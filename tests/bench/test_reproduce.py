@@ -386,9 +386,9 @@ def test_a_merge_refuses_parts_of_different_reproductions(micro_run, tmp_path):
 
     with pytest.raises(ValueError, match=r"differ in their recipe \(finetune\)"):
         merge(part("recipe", lambda r, _: r["recipe"]["finetune"].update(max_steps=3)))
-    with pytest.raises(ValueError, match="mux-bert-2 is in more than one part"):
-        merge(part("twice", lambda r, _: r.update(models=["mux-bert-2"], evaluations=r["evaluations"] | {
-            "mux-bert-2": r["evaluations"]["mux-bert-5"]})))
+    with pytest.raises(ValueError, match="mux-bert-2 on sentiment is in more than one part"):
+        merge(part("twice", lambda r, _: r.update(models=["mux-bert-2"], **{
+            field: {"mux-bert-2": r[field]["mux-bert-5"]} for field in ("evaluations", "training")})))
 
     def other_code(results, _):
         for stage in results["training"]["mux-bert-5"].values():
@@ -399,3 +399,46 @@ def test_a_merge_refuses_parts_of_different_reproductions(micro_run, tmp_path):
     with pytest.raises(ValueError, match="mux-bert-5-token/config.json is missing"):
         merge(part("configs", lambda _, folder: shutil.rmtree(folder / "configs" / "mux-bert-5-token")))
     merge(part("fine", lambda *_: None))  # the same part unedited merges
+
+
+def test_a_row_fine_tuned_a_few_tasks_a_session_merges_when_its_pretraining_is_the_same(micro_run, tmp_path):
+    import shutil
+
+    from muxplm.bench.reproduce import merge_reproductions
+
+    first, whole = micro_run
+
+    def part(name, task, head, edit=lambda results: None):
+        folder = tmp_path / name
+        shutil.copytree(first, folder)
+        shutil.rmtree(folder / "configs")
+        results = json.loads((folder / "results.json").read_text())
+        results["tasks"] = [task]
+        for key in results["models"]:
+            results["evaluations"][key] = {task: results["evaluations"][key][task]}
+            results["training"][key] = {name: stage for name, stage in results["training"][key].items()
+                                        if not name.startswith("finetune-") or name == f"finetune-{task}"}
+            shutil.copytree(first / "configs" / f"{key}-{head}", folder / "configs" / f"{key}-{head}")
+        results["throughput"] = {head: results["throughput"][head]}
+        edit(results)
+        (folder / "results.json").write_text(json.dumps(results))
+        return folder
+
+    sentence, token = part("sentence", "sentiment", "sentence"), part("token", "ner", "token")
+    merged = merge_reproductions([sentence, token], tmp_path / "merged", log=lambda *_: None)
+    assert merged["tasks"] == ["sentiment", "ner"]
+    for key in ("bert", "mux-bert-2"):
+        assert merged["evaluations"][key] == whole["evaluations"][key]
+        assert set(merged["training"][key]) == set(whole["training"][key]) - {"wall_seconds"}
+    assert merged["rows"]["mux-bert-2"]["retention"] == pytest.approx(whole["rows"]["mux-bert-2"]["retention"])
+    assert set(merged["throughput"]) == {"sentence", "token"}
+
+    def other_pretraining(results):
+        results["training"]["mux-bert-2"]["mlm"]["final_loss"] += 0.01
+    with pytest.raises(ValueError, match="mux-bert-2's mlm stage in .* ended otherwise"):
+        merge_reproductions([sentence, part("other", "ner", "token", other_pretraining)], tmp_path / "m2",
+                            log=lambda *_: None)
+    with pytest.raises(ValueError, match="bert has no part with ner: every row needs every task"):
+        merge_reproductions([sentence, part("mux-only", "ner", "token", lambda r: r.update(models=["mux-bert-2"]))],
+                            tmp_path / "m3", log=lambda *_: None)
+

@@ -592,20 +592,22 @@ def _stage_codes(training: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
 def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=print) -> dict[str, Any]:
     """One table from the results folders of several runs of one reproduction: the shards that
     sessions trained one pair at a time, whose checkpoints did not outlive their session. The
-    parts must share the recipe, the tasks and the code every stage was trained with (one source
-    hash), and name each row once. Scores and training summaries are taken as the parts measured
+    parts must share the recipe and the code every stage was trained with (one source hash). A
+    row may come in parts with different tasks (a row too slow for one session, fine-tuned a few
+    tasks at a time) when each of its tasks comes once and its pre-training stages ended the same
+    in every part (same steps, loss and held-out scores: the same deterministic run); in the
+    end every row has every task. Scores and training summaries are taken as the parts measured
     them; every row is timed again, all side by side here, on a model built from its kept
     config.json with random weights (a forward pass costs the same whatever its weights)."""
     loaded = [(Path(part), json.loads((Path(part) / "results.json").read_text())) for part in parts]
     if not loaded:
         raise ValueError("merge needs at least one results folder")
     first_dir, first = loaded[0]
-    models: list[str] = []
     evaluations: dict[str, dict] = {}
     training: dict[str, dict] = {}
     configs: dict[str, dict[str, Path]] = {}
     for folder, part in loaded:
-        for field in ("preset", "recipe", "tasks"):
+        for field in ("preset", "recipe"):
             if part[field] != first[field]:
                 differing = sorted(k for k in set(part[field]) | set(first[field])
                                    if part[field].get(k) != first[field].get(k)) if isinstance(part[field], dict) \
@@ -613,10 +615,15 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
                 raise ValueError(f"{folder} and {first_dir} differ in their {field} ({', '.join(differing)}): "
                                  f"they are not parts of one reproduction")
         for key in part["models"]:
-            if key in evaluations:
-                raise ValueError(f"{key} is in more than one part ({folder} and an earlier one)")
-            models.append(key)
-            evaluations[key], training[key] = part["evaluations"][key], part["training"][key]
+            stages = part["training"][key]
+            for task, result in part["evaluations"][key].items():
+                if task in evaluations.get(key, {}):
+                    raise ValueError(f"{key} on {task} is in more than one part ({folder} and an earlier one)")
+                evaluations.setdefault(key, {})[task] = result
+            if key in training:
+                _check_same_pretraining(key, training[key], stages, folder)
+            training.setdefault(key, {}).update(
+                {name: stage for name, stage in stages.items() if name != "wall_seconds"})
             for head in part["throughput"]:
                 kept = folder / "configs" / f"{key}-{head}"
                 if not (kept / "config.json").is_file():
@@ -628,9 +635,15 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
         which = "; ".join(f"{code[:12]}: {', '.join(sorted(keys))}" for code, keys in codes.items())
         raise ValueError(f"the parts were trained by different code ({which}); train every part with one pinned "
                          f"commit (CODE=COMMIT bash benchmarks/run_reproduce_paper.sh)")
+    known = {task for by_task in evaluations.values() for task in by_task}
+    tasks = [t for t in DEFAULT_TASKS if t in known] + sorted(known - set(DEFAULT_TASKS))
+    for key, by_task in evaluations.items():
+        missing = [t for t in tasks if t not in by_task]
+        if missing:
+            raise ValueError(f"{key} has no part with {', '.join(missing)}: every row needs every task")
     order = {key: i for i, key in enumerate(PAPER_MODELS)}
-    models.sort(key=lambda key: order.get(key, len(order)))
-    recipe, tasks = first["recipe"], first["tasks"]
+    models = sorted(evaluations, key=lambda key: order.get(key, len(order)))
+    recipe = first["recipe"]
     log(f"== throughput, {len(models)} models side by side (built from their configs)")
     start = time.perf_counter()
     throughput = {head: measure_side_by_side({key: str(by_key[key]) for key in models}, device=recipe["device"],
@@ -641,13 +654,25 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
         preset=first["preset"], recipe=recipe, models=models, tasks=tasks, environment=environment(recipe["device"]),
         rows=rows, checks=check_targets(rows), throughput=throughput, training=training, evaluations=evaluations,
         wall_seconds=time.perf_counter() - start,
-        merged_from=[dict(folder=str(folder), models=part["models"], environment=part["environment"])
-                     for folder, part in loaded],
+        merged_from=[dict(folder=str(folder), models=part["models"], tasks=part["tasks"],
+                          environment=part["environment"]) for folder, part in loaded],
     )
     keep_configs(Path(output_dir), {head: {key: str(path) for key, path in by_key.items()}
                                     for head, by_key in configs.items()})
     write_outputs(Path(output_dir), results, per_seed_records(evaluations))
     return results
+
+
+def _check_same_pretraining(key: str, earlier: dict[str, Any], stages: dict[str, Any], folder: Path) -> None:
+    """A row met again in another part must have ended each pre-training stage as before."""
+    for name, stage in stages.items():
+        if name.startswith("finetune-") or name == "wall_seconds" or name not in earlier:
+            continue
+        ended = {field: stage.get(field) for field in ("final_step", "final_loss", "eval")}
+        before = {field: earlier[name].get(field) for field in ("final_step", "final_loss", "eval")}
+        if ended != before:
+            raise ValueError(f"{key}'s {name} stage in {folder} ended otherwise than in an earlier part "
+                             f"({ended} against {before}): not the same pre-trained model")
 
 
 def _brief(summary: dict[str, Any]) -> dict[str, Any]:
