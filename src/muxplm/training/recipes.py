@@ -118,8 +118,9 @@ _TINY_2L = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, int
 
 # `muxplm bench reproduce --preset NAME`. Every model of a run shares the same budget; MiniLM rows use
 # the same steps at the warm-start learning rates. ``quick``: <= 30 min on the 2-core CPU machine;
-# ``full``: the tiny preset, about 4 h there for the default rows and 7.5 for the paper's 19 (two
-# shards side by side); ``gpu``: the small preset (L4/H512), about 20 min on one H100.
+# ``full``: the tiny preset, about 11 h there for the paper's 19 rows (two one-thread shards side by
+# side; benchmarks/run_reproduce_paper.sh runs a pair a session); ``gpu``: the small preset
+# (L4/H512), about 20 min on one H100.
 REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
     "quick": dict(
         preset="tiny", model_overrides=_TINY_2L, max_length=32, corpus_max_words=60_000, corpus_sources=None,
@@ -146,11 +147,12 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         # BERT scored 82.2 on sentiment after 538 steps and 79.7 after 5,380 (over-fitted), while
         # MUX-BERT N = 5 / 10 kept 95 / 91 % only after 2,690 / 5,380. Composition consistency is
         # off: it doubles a MUX step (benchmarks/results/curves/consistency measures it).
-        # Cost (2-core CPU, one thread a shard): with the fused optimizer a step takes 0.53 / 0.21 s
-        # at N = 1 / 5; ~7.5 core-hours for the 19 rows of `--models paper`. Not length-grouped
-        # batches, though they would cut a step by a fifth: on MUX-BERT N = 2 sentiment they cost
-        # 1.8 points and raised the predictions changed by the composition from 11.7 to 15.9 %
-        # (benchmarks/results/curves/consistency, `n2-sentiment-w4-bylength`).
+        # Cost (2-core CPU, two one-thread shards side by side): a step takes 0.86 / 0.47 / 0.27 /
+        # 0.20 s at N = 1 / 2 / 5 / 10 (small: 2.6 s at N = 1); ~22 core-hours for the 19 rows of
+        # `--models paper`. Not length-grouped batches, though they would cut a step by a fifth: on
+        # MUX-BERT N = 2 sentiment they cost 1.8 points and raised the predictions changed by the
+        # composition from 11.7 to 15.9 % (benchmarks/results/curves/consistency,
+        # `n2-sentiment-w4-bylength`).
         # All of every task's training data (sentiment 8,607, trec 4,843, pos 51,606, ner 2,155
         # sentences). NER: WNUT-16 entities are rare; at 2e-4 the early probes predicted none.
         # Sentence heads pool each instance's tokens (curves/pooling).
