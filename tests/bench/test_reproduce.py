@@ -142,6 +142,9 @@ def test_recipe_overrides_and_errors():
     assert recipe["pretrain"]["max_steps"] == 7 and recipe["seeds"] == 2
     assert recipe["mixed_precision"] == "bf16" and recipe["device"] == "cuda"
     assert resolve_recipe("quick")["pretrain"]["max_steps"] != 7  # presets are not mutated
+    overrides = {"pretrain": {"max_steps": 3, "lr": 1e-3}, "pretrain.max_steps": 5}
+    assert resolve_recipe("quick", overrides)["pretrain"] == {"max_steps": 5, "lr": 1e-3}
+    assert overrides["pretrain"] == {"max_steps": 3, "lr": 1e-3}  # nor are the caller's overrides
     with pytest.raises(ValueError, match="unknown preset"):
         resolve_recipe("huge")
     with pytest.raises(ValueError, match="unknown recipe setting"):

@@ -19,6 +19,7 @@ and evaluations already on disk are reused, so an interrupted run continues wher
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import statistics
@@ -476,7 +477,8 @@ def resolve_recipe(preset: str, overrides: dict[str, Any] | None = None) -> dict
     if preset not in REPRODUCTION_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(REPRODUCTION_PRESETS)}")
     recipe = json.loads(json.dumps(REPRODUCTION_PRESETS[preset]))
-    for name, value in (overrides or {}).items():
+    # copied too: a section given whole and then a `section.key` must not change the caller's dict
+    for name, value in copy.deepcopy(overrides or {}).items():
         section, _, key = name.partition(".")
         if (section not in recipe) or (key and not isinstance(recipe[section], dict)):
             raise ValueError(f"unknown recipe setting {name!r}; the recipe has {', '.join(recipe)}")
