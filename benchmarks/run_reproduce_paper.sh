@@ -1,29 +1,43 @@
 #!/usr/bin/env bash
 # Every system of the paper under one recipe (`muxplm reproduce --models paper`: BERT, MUX-BERT,
 # ELECTRA, MUX-ELECTRA, T-MUX, the prefix-demultiplexer and contextual-multiplexer ablations at
-# N = 2 / 5 / 10, and a larger size at N = 2), sharded to fit the machine. Shards train side by
-# side into one runs directory (PARALLEL at a time, one torch thread each on a CPU); a last run
-# over every model reuses their stages (reuse is exact: same settings, same code) and evaluates
-# and times all of them side by side into OUT.
+# N = 2 / 5 / 10, and a larger size at N = 2), in shards that train side by side (PARALLEL at a
+# time, one torch thread each on a CPU). Each shard's own run evaluates and times its models into
+# a part, OUT/parts/shard-I; the parts merge into one table in OUT (`muxplm reproduce --merge`:
+# one recipe and one source hash required, every row timed again side by side).
 #
-#   PRESET=full bash benchmarks/run_reproduce_paper.sh    # the CPU recipe (about 10 hours on 2 cores)
-#   PRESET=gpu bash benchmarks/run_reproduce_paper.sh     # bf16 on a GPU; its larger size is base
-#   ONLY=0,1 bash benchmarks/run_reproduce_paper.sh       # those shards side by side (a session's worth), collected into OUT
-#   CODE=COMMIT bash benchmarks/run_reproduce_paper.sh    # train with that commit's code (see below)
+#   PRESET=gpu bash benchmarks/run_reproduce_paper.sh               # every shard at once on a GPU (larger size: base)
+#   CODE=cc53eb0 ONLY=2,3 bash benchmarks/run_reproduce_paper.sh    # one pair of CPU shards: a session's worth
+#   MERGE=1 bash benchmarks/run_reproduce_paper.sh                  # the parts in so far, merged again
 #
-# A shard cut short loses only its unfinished stage: run the same command again to go on. A stage
-# is reused only by the code that trained it (its source hash), so a run that spans several
-# sessions while the repository moves on names its code: CODE=COMMIT checks that commit out once
-# into RUNS/code-COMMIT and runs every stage, and the collecting run, from there.
+# On the 2-core CPU the full preset takes about 11 hours, more than a session, and a session's
+# checkpoints do not outlive it. So a session trains one pair of shards with the pinned code
+# (CODE=cc53eb0: every stage trained by one commit, checked out once into RUNS/code-COMMIT), commits
+# its parts, and the table in OUT grows by their rows. The larger size's N = 1 row is too slow for
+# one session: its tasks are split over two shards (`MODELS@TASKS`), each pre-training it again
+# (the merge checks both ended the same). A shard cut short loses only its unfinished stage: run the
+# same command again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRESET=${PRESET:-full}
 RUNS=${RUNS:-runs/reproduce-paper-$PRESET}
+OUT=${OUT:-benchmarks/results/reproduce/paper-$PRESET}
 ONLY=${ONLY:-}
-OUT=${OUT:-benchmarks/results/reproduce/paper-$PRESET${ONLY:+-shards-${ONLY//,/-}}}
 PARALLEL=${PARALLEL:-2}
 CODE=${CODE:-}
+CHECKOUT_PYTHONPATH=${PYTHONPATH:-}
 muxplm() { python3 -m muxplm "$@"; }
+merge() {  # with this checkout's code, whatever commit trained the parts
+    shopt -s nullglob
+    local parts=("$OUT"/parts/*/)
+    [ "${#parts[@]}" -gt 0 ] || { echo "no parts under $OUT/parts to merge" >&2; exit 2; }
+    PYTHONPATH="$CHECKOUT_PYTHONPATH" python3 -m muxplm reproduce --merge "${parts[@]}" --threads 1 \
+        --output-dir "$OUT" | tee "$OUT/log.txt"
+}
+if [ -n "${MERGE:-}" ]; then
+    merge
+    exit 0
+fi
 if [ -n "$CODE" ]; then
     CODE=$(git rev-parse --short=12 "$CODE^{commit}")
     SRC="$RUNS/code-$CODE"
@@ -33,25 +47,31 @@ if [ -n "$CODE" ]; then
         || { echo "run_reproduce_paper.sh: muxplm is not imported from $SRC" >&2; exit 1; }
 fi
 if [ "$PRESET" = gpu ]; then LARGER=base; THREADS=(); else LARGER=small; THREADS=(--threads 1); fi
-# Shards in pairs of about equal cost, each pair to run side by side (one torch thread each).
-# Estimated from fine-tuning steps timed two at a time on the 2-core CPU (tiny: 0.86 / 0.47 / 0.27 /
-# 0.20 s at N = 1 / 2 / 5 / 10; small: 2.6 s at N = 1) for 4 tasks x 1,500 steps, plus the
-# pre-training stages; in core-minutes: 120, 90 | 120, 90 | 270, 230 | 125, 125, about 10 hours
-# on 2 cores. A session of about 3 hours runs one pair (ONLY=0,1).
+# Pairs of shards of about equal cost, each pair side by side in one session. Fine-tuning steps
+# timed two at a time on the 2-core CPU: tiny 0.86 / 0.47 / 0.27 / 0.20 s at N = 1 / 2 / 5 / 10,
+# small 2.6 s at N = 1; 1,500 steps a task. Estimated minutes: 120, 90 | 120, 90 | 145, 115 |
+# 145, 160 | 125, 125.
 SHARDS=(
     "bert,mux-bert-10"
     "mux-bert-2,mux-bert-5"
     "electra,mux-electra-10"
     "mux-electra-2,mux-electra-5"
-    "bert-$LARGER"
-    "mux-bert-$LARGER-2,tmux-2,tmux-5,tmux-10"
+    "bert-$LARGER@sentiment,trec"
+    "tmux-2,tmux-5,tmux-10"
+    "bert-$LARGER@pos,ner"
+    "mux-bert-$LARGER-2"
     "prefix-2,prefix-5,prefix-10"
     "contextual-2,contextual-5,contextual-10"
 )
-mkdir -p "$RUNS/logs"
-shard() {
+mkdir -p "$RUNS/logs" "$OUT/parts"
+shard() {  # trains, evaluates and times the shard's models, then keeps its results as a part
+    local spec=${SHARDS[$1]} tasks=()
+    [[ $spec == *@* ]] && tasks=(--tasks "${spec#*@}")
     muxplm reproduce "--$PRESET" "${THREADS[@]}" --runs-dir "$RUNS" --output-dir "$RUNS/shard-$1" \
-        --models "${SHARDS[$1]}" > "$RUNS/logs/shard-$1.log" 2>&1
+        --models "${spec%@*}" "${tasks[@]}" > "$RUNS/logs/shard-$1.log" 2>&1
+    rm -rf "$OUT/parts/shard-$1"
+    cp -r "$RUNS/shard-$1" "$OUT/parts/shard-$1"
+    cp "$RUNS/logs/shard-$1.log" "$OUT/parts/shard-$1/log.txt"
 }
 if [ -n "$ONLY" ]; then
     IFS=, read -r -a WANTED <<< "$ONLY"
@@ -74,14 +94,11 @@ while [ "$running" -gt 0 ]; do
     wait -n
     running=$((running - 1))
 done
-ALL=$(for index in "${WANTED[@]}"; do echo "${SHARDS[$index]}"; done | paste -sd,)
-mkdir -p "$OUT"
-muxplm reproduce "--$PRESET" "${THREADS[@]}" --runs-dir "$RUNS" --output-dir "$OUT" --models "$ALL" | tee "$RUNS/logs/collect.log"
-cp "$RUNS/logs/collect.log" "$OUT/log.txt"
-# The analyses that need more than the collecting run wrote (lottery, ensembling and Pareto are in
-# OUT already): every row's dev curve over its fine-tuning, and the muxology of the pre-trained
-# checkpoints, BERT against MUX-BERT N = 2 / 5 / 10, when they were run.
-python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "$OUT" > /dev/null
+merge
+# Every row's dev curve over its fine-tuning (this session's rows), and the muxology of the
+# pre-trained checkpoints, BERT against MUX-BERT N = 2 / 5 / 10, when they were trained here.
+GRID="$OUT/length-grid/shards-${ONLY//,/-}"
+python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "${GRID%-}" > /dev/null
 for key in bert mux-bert-2 mux-bert-5 mux-bert-10; do [ -d "$RUNS/$key/2-pretrain" ] || exit 0; done
 muxplm analyze muxology "$RUNS/bert/2-pretrain" "$RUNS/mux-bert-2/2-pretrain" "$RUNS/mux-bert-5/2-pretrain" \
     "$RUNS/mux-bert-10/2-pretrain" --num-sentences 200 --max-length 48 --output "$OUT/muxology.json"

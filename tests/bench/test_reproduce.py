@@ -445,3 +445,24 @@ def test_a_row_fine_tuned_a_few_tasks_a_session_merges_when_its_pretraining_is_t
         merge_reproductions([sentence, part("mux-only", "ner", "token", lambda r: r.update(models=["mux-bert-2"]))],
                             tmp_path / "m3", log=lambda *_: None)
 
+
+
+def test_the_paper_script_merges_the_parts_in_so_far(micro_run, tmp_path):
+    """`MERGE=1 bash benchmarks/run_reproduce_paper.sh`: every part under OUT/parts in one table."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    first, _ = micro_run
+    out = tmp_path / "paper"
+    shutil.copytree(first, out / "parts" / "shard-0")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "run_reproduce_paper.sh"
+    env = dict(os.environ, MERGE="1", OUT=str(out), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "results.json").read_text())["models"] == ["bert", "mux-bert-2"]
+    assert "MUX-BERT N=2" in (out / "table.md").read_text() and "Verdict" in (out / "log.txt").read_text()
+    shutil.rmtree(out / "parts" / "shard-0")
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2 and "no parts under" in done.stderr
