@@ -81,28 +81,32 @@ def early_stopping_markdown(curves: dict[str, dict[str, list[tuple[int, float]]]
     lines = ["| patience | fine-tuning time (share of the grid's) | N = 1 rows' time | rows x tasks that lose | "
              "points lost (largest; where) |", "|---|---|---|---|---|"]
     for patience in patiences:
-        spent = whole = spent_plain = whole_plain = 0.0
+        spent = {"all": 0.0, "plain": 0.0}  # steps run x seconds per step, under early stopping
+        whole = {"all": 0.0, "plain": 0.0}  # the same over the whole grid
         losses = []
         for row, by_task in curves.items():
+            groups = ("all", "plain") if _plain(row) else ("all",)
             for task, curve in by_task.items():
                 cost = costs.get((row, task), 1.0)
                 stop, kept = stopping_point(curve, patience)
+                for group in groups:
+                    spent[group] += stop * cost
+                    whole[group] += curve[-1][0] * cost
                 lost = max(score for _, score in curve) - kept
-                spent, whole = spent + stop * cost, whole + curve[-1][0] * cost
-                if _plain(row):
-                    spent_plain, whole_plain = spent_plain + stop * cost, whole_plain + curve[-1][0] * cost
                 if lost > 0:
                     losses.append((lost, f"{row} {task}"))
         largest = max(losses, default=(0.0, "-"))
-        plain = f"{100 * spent_plain / whole_plain:.0f} %" if whole_plain else "-"
-        lines.append(f"| {patience} | {100 * spent / whole:.0f} % | {plain} | {len(losses)} | "
+        plain = f"{100 * spent['plain'] / whole['plain']:.0f} %" if whole["plain"] else "-"
+        lines.append(f"| {patience} | {100 * spent['all'] / whole['all']:.0f} % | {plain} | {len(losses)} | "
                      f"{largest[0]:.1f}; {largest[1]} |")
     return "\n".join(lines)
 
 
 def _plain(row: str) -> bool:
     """An N = 1 row of the reproduction (bert, electra, bert-small, ...)."""
-    return not any(row.startswith(prefix) for prefix in ("mux-", "tmux-", "prefix-", "contextual-", "convert-"))
+    from muxplm.bench.reproduce import MODELS
+
+    return row in MODELS and MODELS[row].num_instances == 1
 
 
 def plot(curves: dict[str, dict[str, list[tuple[int, float]]]], path: Path) -> None:
