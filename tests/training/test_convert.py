@@ -172,6 +172,30 @@ def test_cut_encoders_from_the_command_line_and_in_the_conversion_recipe(plain_d
     assert saved["num_hidden_layers"] == 1 and saved["num_unmuxed_layers"] == 0
 
 
+def test_a_muxplm_checkpoint_is_cut_with_init(tmp_path):
+    """`--init DIR --keep-layers k`: a pre-trained muxplm encoder (the reproduction's N = 1 rows)
+    fine-tuned with its first k layers, exactly those weights, the rest left out."""
+    from muxplm import MuxBertConfig, MuxBertForMaskedLM
+    from muxplm.training.models import build_model, tokenizer_for
+
+    torch.manual_seed(0)
+    pretrained = MuxBertForMaskedLM(MuxBertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, num_instances=1, mux_type="identity", demux_type="identity")).eval()
+    pretrained.save_pretrained(tmp_path / "three")
+    config = build_config(stage="finetune", task="sentiment", init=str(tmp_path / "three"), keep_layers=2)
+    tokenizer = tokenizer_for(config, tmp_path / "three")
+    cut = build_model(config, "sentence", tokenizer, dict(num_labels=2), None).eval()
+    assert cut.config.num_hidden_layers == 2 and len(cut.base_model.encoder_layers()) == 2
+    ids = torch.randint(5, 1000, (2, 9))
+    with torch.no_grad():
+        states = pretrained.base_model(ids, output_hidden_states=True).hidden_states
+        torch.testing.assert_close(cut.base_model(ids).last_hidden_state, states[2], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"keep_layers must lie in \[1, 3\]"):
+        build_model(build_config(stage="finetune", task="sentiment", init=str(tmp_path / "three"), keep_layers=4),
+                    "sentence", tokenizer, dict(num_labels=2), None)
+
+
 def test_progressive_multiplexing_moves_the_mixture_down_during_the_run(plain_dir, tmp_path, monkeypatch):
     from muxplm.modeling_mux import MuxBackboneMixin
     from muxplm.training.loop import unmuxed_layers_at

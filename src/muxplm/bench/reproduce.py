@@ -246,10 +246,17 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     return str(folder / "2-pretrain"), log
 
 
+def cut_key(key: str, keep_layers: int) -> str:
+    """The runs folder of a row's pre-trained encoder cut to its first ``keep_layers`` layers."""
+    return f"{key}-cut{keep_layers}"
+
+
 def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Path, encoder: str | None,
-                   seed: int = 0, progress: bool = False) -> tuple[str, dict[str, Any]]:
+                   seed: int = 0, progress: bool = False, keep_layers: int | None = None) -> tuple[str, dict[str, Any]]:
+    """Stage 3 for one model and task; ``keep_layers``: the pre-trained encoder cut to its first
+    k layers first (the alternative a user has to multiplexing), fine-tuned by the same rule."""
     model = MODELS[key]
-    output = root / key / f"3-{task}"
+    output = root / (cut_key(key, keep_layers) if keep_layers else key) / f"3-{task}"
     settings = dict(recipe["finetune"], **recipe.get("task_finetune", {}).get(task, {}))
     if model.warm_start:  # the pretrained encoder wants a smaller step (and is slower per example)
         warm = {"lr": recipe["warm"]["finetune_lr"], "max_train_examples": recipe["warm"]["max_train_examples"]}
@@ -257,13 +264,15 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
     source = dict(init=init) if init else dict(init_encoder=encoder, num_instances=1)
     # The recipe may set its own evaluation and save steps (a best-on-dev rule needs them).
     summary = _run(TrainConfig(**{**_common(recipe, output, "finetune", seed, progress), **settings}, task=task,
-                               **source))
+                               keep_layers=keep_layers, **source))
     return str(output), summary
 
 
-def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ensemble: bool) -> dict[str, Any]:
-    """Multi-seed evaluation (cached on disk next to the checkpoint)."""
-    path = root / key / f"eval-{task}.json"
+def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ensemble: bool,
+             quantize: str = "none") -> dict[str, Any]:
+    """Multi-seed evaluation (cached on disk next to the checkpoint); ``quantize="int8"``: of its
+    int8 dynamically quantised copy."""
+    path = root / key / (f"eval-{task}.json" if quantize == "none" else f"eval-{task}-{quantize}.json")
     trained = Path(checkpoint) / "train_results.json"
     if path.is_file() and trained.is_file() and path.stat().st_mtime >= trained.stat().st_mtime:
         # Reused only when written after this checkpoint was trained (a retrained stage's
@@ -276,6 +285,7 @@ def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ens
     return evaluate_checkpoint(
         checkpoint, task, seeds=recipe["seeds"], ensemble=ensemble, max_length=recipe["max_length"],
         max_examples=recipe["finetune"]["max_eval_examples"], output_file=path, device=recipe["device"],
+        quantize=quantize,
     )
 
 

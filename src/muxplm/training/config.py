@@ -57,7 +57,7 @@ class TrainConfig:
     init: str | None = setting(help="start from this MUX checkpoint directory")
     init_encoder: str | None = setting(help="warm-start from a plain encoder directory (BERT, ELECTRA, RoBERTa / "
                                             "XLM-R / CamemBERT, DistilBERT or MPNet; its model_type decides)")
-    keep_layers: int | None = setting(help="with --init-encoder or convert: keep only the plain encoder's first k "
+    keep_layers: int | None = setting(help="with --init-encoder, --init or convert: keep only the encoder's first k "
                                            "layers (a cut encoder: fewer layers, faster, and stackable with N)")
     family: str | None = setting(help=f"encoder family of a fresh --preset model: {', '.join(FAMILIES)} (default: "
                                       f"from --init / --init-encoder, else electra for --stage electra, else bert)",
@@ -210,9 +210,10 @@ def validate(config: TrainConfig) -> None:
     sources = [name for name in ("preset", "init", "init_encoder") if getattr(config, name)]
     if len(sources) > 1:
         raise ValueError(f"give only one of --preset, --init, --init-encoder (got {', '.join(sources)})")
-    if config.keep_layers is not None and (config.keep_layers < 1 or not config.init_encoder):
-        raise ValueError(f"keep_layers cuts a plain encoder given with --init-encoder (or convert) to its first "
-                         f"k >= 1 layers, got keep_layers={config.keep_layers} and init_encoder={config.init_encoder!r}")
+    if config.keep_layers is not None and (config.keep_layers < 1 or not (config.init_encoder or config.init)):
+        raise ValueError(f"keep_layers cuts the encoder given with --init-encoder or --init (or convert) to its first "
+                         f"k >= 1 layers, got keep_layers={config.keep_layers}"
+                         + ("" if config.init_encoder or config.init else " with neither"))
     if config.start_unmuxed_layers is not None and not (
             config.num_unmuxed_layers is not None and 0 <= config.num_unmuxed_layers <= config.start_unmuxed_layers):
         raise ValueError(f"progressive multiplexing moves the mixture down from start_unmuxed_layers to "

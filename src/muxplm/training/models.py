@@ -159,6 +159,13 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
     elif config.init:
         if config.model_overrides:
             raise ValueError("--model-overrides only applies to a fresh --preset model")
+        if config.keep_layers is not None:  # a cut encoder: the weights of the layers past k are left out
+            field = model_class.config_class.attribute_map.get("num_hidden_layers", "num_hidden_layers")
+            layers = saved.get(field, saved.get("num_hidden_layers"))
+            if not 1 <= config.keep_layers <= layers:
+                raise ValueError(f"keep_layers must lie in [1, {layers}] for the {layers}-layer checkpoint "
+                                 f"{config.init}, got {config.keep_layers}")
+            overrides["num_hidden_layers"] = config.keep_layers
         model = model_class.from_pretrained(config.init, **mux, **overrides, ignore_mismatched_sizes=classifier,
                                             regroup=config.regroup_instances)
         if classifier:  # a retrieval or MLM head has no labels to disagree with

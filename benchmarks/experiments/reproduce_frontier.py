@@ -1,0 +1,145 @@
+"""The reproduction's from-scratch MUX rows against what a user would do instead: the N = 1 row's
+pre-trained encoder cut to fewer layers (fine-tuned by the reproduction's own rule) and int8
+copies of every row, all timed side by side and judged by pareto.py.
+
+    python3 benchmarks/experiments/reproduce_frontier.py --runs runs/reproduce-paper-full \\
+        --results benchmarks/results/reproduce/paper-full --family bert --keep 2,1 \\
+        --out benchmarks/results/reproduce/paper-full/frontier-bert
+
+Reads the reproduction's results.json (its recipe and its fp32 scores, the table's), and from
+the runs folder that trained it: fine-tunes each cut on every task from RUNS/BASE/2-pretrain into
+RUNS/BASE-cutK/3-TASK (a finished stage is reused, as in the reproduction), scores int8 copies of
+the N = 1 row, its cuts and the family's MUX rows (the recipe's composition seeds), writes
+rows.jsonl and a plain config of the encoder's shape to OUT, and runs pareto.py on them with the
+paper's retention targets (speed: each shape with random weights, one thread, round robin).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+# The MUX rows whose shape pareto.py builds: the main rows (Gaussian multiplexer, unbinding
+# demultiplexer), pre-trained like their N = 1 row.
+MAIN_MUX = ("gaussian_hadamard", "unbind")
+
+
+def family_rows(results: dict, base: str) -> list[str]:
+    """The N = 1 row ``base`` and the main MUX rows measured against it, in the table's order."""
+    from muxplm.bench.reproduce import MODELS
+
+    if base not in results["rows"] or results["rows"][base]["num_instances"] != 1:
+        raise SystemExit(f"reproduce_frontier.py: the results hold no N = 1 row {base!r} "
+                         f"(rows: {', '.join(results['rows'])})")
+    mux = [key for key in results["rows"] if key != base and MODELS[key].baseline == base and MODELS[key].pretrained
+           and (MODELS[key].mux_type, MODELS[key].demux_type) == MAIN_MUX]
+    return [base, *mux]
+
+
+def entry(row: str, task: str, precision: str, num_instances: int, keep: int | None, score: dict) -> dict:
+    """A row of pareto.py's rows.jsonl from a table score (in points) or an evaluation."""
+    if "summary" in score:  # an evaluation: fractions
+        main = score["summary"]["main"]
+        score = dict(mean=100 * main["mean"], std=100 * main["std"], metric=score["main_metric"],
+                     changed_across_seeds=score["changed_across_seeds"])
+    return dict(row=row, task=task, precision=precision, num_instances=num_instances, unmuxed=0, keep=keep,
+                metric=score["metric"], mean=score["mean"], std=score["std"],
+                changed=score["changed_across_seeds"] if num_instances > 1 else None)
+
+
+def _job(kind: str, runs: str, recipe: dict, key: str, task: str, keep: int | None) -> tuple:
+    """One cut fine-tuning with its fp32 and int8 scores, or one row's int8 score; one thread."""
+    import torch
+
+    from muxplm.bench.reproduce import cut_key, evaluate, finetune_model
+
+    torch.set_num_threads(1)
+    runs_dir = Path(runs)
+    if kind == "cut":
+        checkpoint, _ = finetune_model(key, task, str(runs_dir / key / "2-pretrain"), recipe, runs_dir, None,
+                                       keep_layers=keep)
+        row = cut_key(key, keep)
+        return kind, row, task, keep, [evaluate(row, task, checkpoint, recipe, runs_dir, ensemble=False, quantize=q)
+                                       for q in ("none", "int8")]
+    checkpoint = str(runs_dir / key / f"3-{task}")
+    return kind, key, task, keep, [evaluate(key, task, checkpoint, recipe, runs_dir, ensemble=False, quantize="int8")]
+
+
+def check_runs_match(runs: Path, results: dict, keys: list[str]) -> None:
+    """The runs folder must hold the checkpoints the table was scored from: each row's cached
+    evaluation there gives the table's score."""
+    for key in keys:
+        for task, score in results["rows"][key]["scores"].items():
+            cached = runs / key / f"eval-{task}.json"
+            if not (runs / key / f"3-{task}" / "model.safetensors").is_file() or not cached.is_file():
+                raise SystemExit(f"reproduce_frontier.py: {runs} has no fine-tuned {key} for {task}: run the "
+                                 f"reproduction's shard of that row there first")
+            mean = 100 * json.loads(cached.read_text())["summary"]["main"]["mean"]
+            if abs(mean - score["mean"]) > 1e-6:
+                raise SystemExit(f"reproduce_frontier.py: {cached} scores {mean:.4f}, the table {score['mean']:.4f}: "
+                                 f"these are not the checkpoints the results came from")
+
+
+def plain_config(checkpoint: Path, out: Path) -> Path:
+    """A plain encoder config of the row's shape (pareto.py builds every shape from one)."""
+    from transformers import AutoConfig
+
+    from muxplm.families import family_of_mux_type
+
+    saved = json.loads((checkpoint / "config.json").read_text())
+    plain_type = family_of_mux_type(saved["model_type"]).plain_model_types[0]
+    fields = AutoConfig.for_model(plain_type).to_dict()
+    config = AutoConfig.for_model(plain_type, **{k: v for k, v in saved.items()
+                                                 if k in fields and k not in ("model_type", "architectures")})
+    config.save_pretrained(out)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", required=True, help="the reproduction's runs folder (its checkpoints)")
+    parser.add_argument("--results", required=True, help="the reproduction's results folder (results.json)")
+    parser.add_argument("--family", default="bert", help="the N = 1 row the MUX rows are measured against")
+    parser.add_argument("--keep", default="2,1", help="the cuts: layers kept, comma-separated")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--jobs", type=int, default=2, help="trainings and evaluations at a time, one thread each")
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--batches", type=int, default=3)
+    args = parser.parse_args(argv)
+    runs, out = Path(args.runs), Path(args.out)
+    results = json.loads((Path(args.results) / "results.json").read_text())
+    recipe, keys = results["recipe"], family_rows(results, args.family)
+    tasks = results["tasks"]
+    check_runs_match(runs, results, keys)
+    layers = json.loads((runs / args.family / f"3-{tasks[0]}" / "config.json").read_text())["num_hidden_layers"]
+    keeps = sorted({int(k) for k in args.keep.split(",") if k}, reverse=True)
+    if any(not 1 <= k < layers for k in keeps):
+        raise SystemExit(f"reproduce_frontier.py: --keep takes layer counts in [1, {layers - 1}], got {args.keep}")
+    entries = [entry(key, task, "fp32", results["rows"][key]["num_instances"], None, score)
+               for key in keys for task, score in results["rows"][key]["scores"].items()]
+    jobs = [("cut", args.family, task, keep) for keep in keeps for task in tasks]
+    jobs += [("int8", key, task, None) for key in keys for task in tasks]
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(_job, kind, str(runs), recipe, key, task, keep) for kind, key, task, keep in jobs]
+        for future in futures:
+            kind, row, task, keep, scores = future.result()
+            num_instances = results["rows"][row]["num_instances"] if kind == "int8" else 1
+            precisions = ("fp32", "int8") if kind == "cut" else ("int8",)
+            for precision, score in zip(precisions, scores):
+                entries.append(entry(row, task, precision, num_instances, keep, score))
+                print(f"{row} {task} {precision}: {entries[-1]['mean']:.1f}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rows.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    encoder = plain_config(runs / args.family / f"3-{tasks[0]}", out / "encoder")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # pareto.py, its neighbour
+    import pareto
+    return pareto.main(["--rows", str(out / "rows.jsonl"), "--out", str(out), "--encoder", str(encoder),
+                        "--name", f"{results['rows'][args.family]['label']} ({recipe['preset']})",
+                        "--targets", "paper", "--trials", str(args.trials), "--batches", str(args.batches)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

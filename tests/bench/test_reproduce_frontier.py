@@ -1,0 +1,88 @@
+"""benchmarks/experiments/reproduce_frontier.py on a micro reproduction: the N = 1 row's encoder cut
+and fine-tuned by the reproduction's rule, int8 copies scored, every shape timed and judged by
+pareto.py against the paper's targets, and a runs folder that is not the results' refused."""
+
+import json
+
+import pytest
+
+from muxplm.bench.reproduce import run_reproduction
+
+from script_testing import load_script
+
+pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
+
+MICRO = {
+    "model_overrides": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
+    "max_length": 16, "corpus_max_words": 3000, "corpus_sources": ["moby_dick"],
+    "retrieval": {"max_steps": 2, "lr": 1e-3, "batch_size": 8},
+    "pretrain": {"max_steps": 2, "lr": 1e-3, "batch_size": 8},
+    "finetune": {"max_steps": 2, "lr": 1e-3, "batch_size": 8, "max_train_examples": 16, "max_eval_examples": 12},
+    "throughput": {"batch_size": 8, "seq_length": 16, "batches": 1, "trials": 1, "clock": "process",
+                   "dtype": "float32"},
+}
+
+
+@pytest.fixture(scope="module")
+def frontier(tmp_path_factory):
+    root = tmp_path_factory.mktemp("frontier")
+    run_reproduction(root / "results", "quick", models=["bert", "mux-bert-2"], tasks=["sentiment", "trec"], seeds=2,
+                     overrides=MICRO, runs_dir=root / "runs", log=lambda *_: None)
+    script = load_script("reproduce_frontier")
+    args = ["--runs", str(root / "runs"), "--results", str(root / "results"), "--keep", "1", "--out",
+            str(root / "out"), "--jobs", "1", "--trials", "1", "--batches", "1"]
+    assert script.main(args) == 0
+    return root, script, args
+
+
+def test_cuts_and_int8_copies_join_the_tables_rows(frontier):
+    root, _, _ = frontier
+    table = json.loads((root / "results" / "results.json").read_text())["rows"]
+    entries = [json.loads(line) for line in (root / "out" / "rows.jsonl").read_text().splitlines()]
+    assert {(e["row"], e["precision"]) for e in entries} == {
+        ("bert", "fp32"), ("mux-bert-2", "fp32"), ("bert-cut1", "fp32"),
+        ("bert", "int8"), ("mux-bert-2", "int8"), ("bert-cut1", "int8")}
+    for e in entries:  # the table's own fp32 scores; every row on both tasks
+        if e["precision"] == "fp32" and e["row"] in table:
+            assert e["mean"] == table[e["row"]]["scores"][e["task"]]["mean"]
+    assert sorted(e["task"] for e in entries if e["row"] == "bert-cut1") == ["sentiment", "sentiment", "trec", "trec"]
+    cut = json.loads((root / "runs" / "bert-cut1" / "3-trec" / "config.json").read_text())
+    assert cut["num_hidden_layers"] == 1 and cut["num_instances"] == 1
+    tuned = json.loads((root / "runs" / "bert-cut1" / "3-trec" / "train_config.json").read_text())
+    assert tuned["keep_layers"] == 1 and tuned["init"].endswith("bert/2-pretrain")
+    assert tuned["max_steps"] == MICRO["finetune"]["max_steps"]  # the reproduction's fine-tuning rule
+    int8 = json.loads((root / "runs" / "mux-bert-2" / "eval-sentiment-int8.json").read_text())
+    assert int8["quantize"] == "int8" and len(int8["seeds"]) == 2
+
+
+def test_every_shape_is_timed_and_judged_against_the_cuts(frontier):
+    root, _, _ = frontier
+    results = json.loads((root / "out" / "results.json").read_text())
+    assert set(results["speeds"]) == {"N1-K0-L2", "N1-K0-L1", "N2-K0-L2"}
+    assert {"bert", "bert int8", "bert-cut1", "bert-cut1 int8", "mux-bert-2", "mux-bert-2 int8"} == set(results["rows"])
+    assert results["rows"]["bert"]["speedup"] == 1.0
+    [verdict] = [line for line in results["checks"] if line.split()[1] == "mux-bert-2:"]
+    assert "ahead of the cut encoders" in verdict and "(>=" in verdict and "x (>=" not in verdict  # no speed minimum
+    assert "(>= 96 / 98 %" in verdict  # the paper's N = 2 retention targets
+    assert (root / "out" / "pareto.png").stat().st_size > 0
+    assert json.loads((root / "out" / "encoder" / "config.json").read_text())["model_type"] == "bert"
+
+
+def test_a_finished_cut_is_reused_and_other_runs_are_refused(frontier):
+    root, script, args = frontier
+    trained = root / "runs" / "bert-cut1" / "3-sentiment" / "train_results.json"
+    before = trained.stat().st_mtime_ns
+    assert script.main(args) == 0
+    assert trained.stat().st_mtime_ns == before
+    with pytest.raises(SystemExit, match=r"--keep takes layer counts in \[1, 1\]"):
+        script.main([*args[:5], "2", *args[6:]])
+    cached = root / "runs" / "bert" / "eval-trec.json"
+    saved = cached.read_text()
+    evaluation = json.loads(saved)
+    evaluation["summary"]["main"]["mean"] += 0.01
+    cached.write_text(json.dumps(evaluation))
+    try:
+        with pytest.raises(SystemExit, match="not the checkpoints the results came from"):
+            script.main(args)
+    finally:
+        cached.write_text(saved)
