@@ -9,18 +9,12 @@ import pytest
 from muxplm.bench.reproduce import run_reproduction
 
 from script_testing import load_script
+from reproduce_testing import MICRO as REPRODUCTION_MICRO
 
 pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
 
-MICRO = {
-    "model_overrides": {"num_hidden_layers": 2, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64},
-    "max_length": 16, "corpus_max_words": 3000, "corpus_sources": ["moby_dick"],
-    "retrieval": {"max_steps": 2, "lr": 1e-3, "batch_size": 8},
-    "pretrain": {"max_steps": 2, "lr": 1e-3, "batch_size": 8},
-    "finetune": {"max_steps": 2, "lr": 1e-3, "batch_size": 8, "max_train_examples": 16, "max_eval_examples": 12},
-    "throughput": {"batch_size": 8, "seq_length": 16, "batches": 1, "trials": 1, "clock": "process",
-                   "dtype": "float32"},
-}
+# The reproduction tests' micro recipe with two layers, so that there is a layer to cut.
+MICRO = {**REPRODUCTION_MICRO, "model_overrides": {**REPRODUCTION_MICRO["model_overrides"], "num_hidden_layers": 2}}
 
 
 @pytest.fixture(scope="module")
