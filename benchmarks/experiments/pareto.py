@@ -159,6 +159,8 @@ def targets_of(name: str) -> list[tuple[int, float | None, float, float]]:
         from muxplm.bench.reproduce import RETENTION_TARGETS
 
         return [(n, None, sentence, token) for n, (sentence, token) in sorted(RETENTION_TARGETS.items())]
+    if name != "convert":
+        raise ValueError(f"targets must be one of {', '.join(TARGET_SETS)}, got {name!r}")
     return CONVERSION_TARGETS
 
 

@@ -34,6 +34,11 @@ def family_rows(results: dict, base: str) -> list[str]:
     if base not in results["rows"] or results["rows"][base]["num_instances"] != 1:
         raise SystemExit(f"reproduce_frontier.py: the results hold no N = 1 row {base!r} "
                          f"(rows: {', '.join(results['rows'])})")
+    if MODELS[base].warm_start or not MODELS[base].pretrained:
+        # The cuts start from RUNS/BASE/2-pretrain, and pareto.py times every MUX shape with no
+        # unmuxed layers: the from-scratch rows. A converted encoder's frontier is convert_grid.py's.
+        raise SystemExit(f"reproduce_frontier.py: {base!r} is not pre-trained from scratch by the reproduction; "
+                         f"cut a converted encoder with convert_grid.py")
     mux = [key for key in results["rows"] if key != base and MODELS[key].baseline == base and MODELS[key].pretrained
            and (MODELS[key].mux_type, MODELS[key].demux_type) == MAIN_MUX]
     return [base, *mux]
@@ -58,25 +63,35 @@ def _job(kind: str, runs: str, recipe: dict, key: str, task: str, keep: int | No
 
     torch.set_num_threads(1)
     runs_dir = Path(runs)
+    int8 = dict(recipe, device="cpu")  # PyTorch's dynamic quantisation runs on the CPU only
     if kind == "cut":
         checkpoint, _ = finetune_model(key, task, str(runs_dir / key / "2-pretrain"), recipe, runs_dir, None,
                                        keep_layers=keep)
         row = cut_key(key, keep)
-        return kind, row, task, keep, [evaluate(row, task, checkpoint, recipe, runs_dir, ensemble=False, quantize=q)
-                                       for q in ("none", "int8")]
+        return kind, row, task, keep, [evaluate(row, task, checkpoint, recipe, runs_dir, ensemble=False),
+                                       evaluate(row, task, checkpoint, int8, runs_dir, ensemble=False, quantize="int8")]
     checkpoint = str(runs_dir / key / f"3-{task}")
-    return kind, key, task, keep, [evaluate(key, task, checkpoint, recipe, runs_dir, ensemble=False, quantize="int8")]
+    return kind, key, task, keep, [evaluate(key, task, checkpoint, int8, runs_dir, ensemble=False, quantize="int8")]
 
 
 def check_runs_match(runs: Path, results: dict, keys: list[str]) -> None:
     """The runs folder must hold the checkpoints the table was scored from: each row's cached
-    evaluation there gives the table's score."""
+    evaluation there gives the table's score, and the N = 1 row's pre-training (where the cuts
+    start) is the one its fine-tunings started from."""
+    pretrained = runs / keys[0] / "2-pretrain" / "train_results.json"
+    if not pretrained.is_file():
+        raise SystemExit(f"reproduce_frontier.py: {runs} has no pre-trained {keys[0]}: run the reproduction's "
+                         f"shard of that row there first")
     for key in keys:
         for task, score in results["rows"][key]["scores"].items():
             cached = runs / key / f"eval-{task}.json"
             if not (runs / key / f"3-{task}" / "model.safetensors").is_file() or not cached.is_file():
                 raise SystemExit(f"reproduce_frontier.py: {runs} has no fine-tuned {key} for {task}: run the "
                                  f"reproduction's shard of that row there first")
+            tuned = runs / key / f"3-{task}" / "train_results.json"
+            if key == keys[0] and tuned.is_file() and tuned.stat().st_mtime < pretrained.stat().st_mtime:
+                raise SystemExit(f"reproduce_frontier.py: {pretrained.parent} was trained again after {tuned.parent}: "
+                                 f"the cuts would not start from the table's pre-training")
             mean = 100 * json.loads(cached.read_text())["summary"]["main"]["mean"]
             if abs(mean - score["mean"]) > 1e-6:
                 raise SystemExit(f"reproduce_frontier.py: {cached} scores {mean:.4f}, the table {score['mean']:.4f}: "

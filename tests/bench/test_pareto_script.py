@@ -76,3 +76,12 @@ def test_the_plain_row_must_be_unambiguous(pareto):
 def test_speed_ups_need_the_fp32_reference(pareto):
     with pytest.raises(SystemExit, match="must include fp32"):
         pareto.time_shapes([(1, 0, 1)], "unused", trials=1, batches=1, precisions=("int8",))
+
+
+def test_targets_are_named_sets(pareto):
+    from muxplm.bench.reproduce import RETENTION_TARGETS
+
+    assert pareto.targets_of("convert") == pareto.CONVERSION_TARGETS
+    assert [(n, speed) for n, speed, _, _ in pareto.targets_of("paper")] == [(n, None) for n in sorted(RETENTION_TARGETS)]
+    with pytest.raises(ValueError, match="targets must be one of convert, paper"):
+        pareto.targets_of("papers")

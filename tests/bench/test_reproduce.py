@@ -12,6 +12,7 @@ from muxplm.bench.reproduce import (
     PAPER_MODELS,
     _baseline_of,
     check_targets,
+    finetune_model,
     resolve_models,
     resolve_recipe,
     run_reproduction,
@@ -143,6 +144,9 @@ def test_recipe_overrides_and_errors():
         resolve_recipe("quick", {"optimizer.lr": 1.0})
     with pytest.raises(ValueError, match="unknown model"):
         run_reproduction("/nonexistent", "quick", models=["gpt"])
+    with pytest.raises(ValueError, match="keep_layers cuts to k >= 1"):  # refused before any folder is touched
+        finetune_model("bert", "sentiment", "/nonexistent", resolve_recipe("quick"), Path("/nonexistent"), None,
+                       keep_layers=0)
 
 
 def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_path):

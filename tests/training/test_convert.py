@@ -194,6 +194,16 @@ def test_a_muxplm_checkpoint_is_cut_with_init(tmp_path):
     with pytest.raises(ValueError, match=r"keep_layers must lie in \[1, 3\]"):
         build_model(build_config(stage="finetune", task="sentiment", init=str(tmp_path / "three"), keep_layers=4),
                     "sentence", tokenizer, dict(num_labels=2), None)
+    # A MUX checkpoint's unmuxed layers must fit in the cut (Transformers would not check it).
+    MuxBertForMaskedLM(MuxBertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, num_instances=2, num_unmuxed_layers=2)).save_pretrained(tmp_path / "mux")
+    with pytest.raises(ValueError, match="cuts below the 2 unmuxed layers"):
+        build_model(build_config(stage="finetune", task="sentiment", init=str(tmp_path / "mux"), keep_layers=1),
+                    "sentence", tokenizer, dict(num_labels=2), None)
+    cut = build_model(build_config(stage="finetune", task="sentiment", init=str(tmp_path / "mux"), keep_layers=2),
+                      "sentence", tokenizer, dict(num_labels=2), None)
+    assert (cut.config.num_hidden_layers, cut.config.num_unmuxed_layers) == (2, 2)
 
 
 def test_progressive_multiplexing_moves_the_mixture_down_during_the_run(plain_dir, tmp_path, monkeypatch):

@@ -255,8 +255,10 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
                    seed: int = 0, progress: bool = False, keep_layers: int | None = None) -> tuple[str, dict[str, Any]]:
     """Stage 3 for one model and task; ``keep_layers``: the pre-trained encoder cut to its first
     k layers first (the alternative a user has to multiplexing), fine-tuned by the same rule."""
+    if keep_layers is not None and keep_layers < 1:  # before _run, which clears a stage it will retrain
+        raise ValueError(f"keep_layers cuts to k >= 1 layers, got {keep_layers}")
     model = MODELS[key]
-    output = root / (cut_key(key, keep_layers) if keep_layers else key) / f"3-{task}"
+    output = root / (key if keep_layers is None else cut_key(key, keep_layers)) / f"3-{task}"
     settings = dict(recipe["finetune"], **recipe.get("task_finetune", {}).get(task, {}))
     if model.warm_start:  # the pretrained encoder wants a smaller step (and is slower per example)
         warm = {"lr": recipe["warm"]["finetune_lr"], "max_train_examples": recipe["warm"]["max_train_examples"]}

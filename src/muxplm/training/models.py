@@ -160,11 +160,16 @@ def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any
         if config.model_overrides:
             raise ValueError("--model-overrides only applies to a fresh --preset model")
         if config.keep_layers is not None:  # a cut encoder: the weights of the layers past k are left out
-            field = model_class.config_class.attribute_map.get("num_hidden_layers", "num_hidden_layers")
-            layers = saved.get(field, saved.get("num_hidden_layers"))
+            layers = with_bert_names(saved)["num_hidden_layers"]
             if not 1 <= config.keep_layers <= layers:
                 raise ValueError(f"keep_layers must lie in [1, {layers}] for the {layers}-layer checkpoint "
                                  f"{config.init}, got {config.keep_layers}")
+            # Transformers sets the override after validating the saved config, so the unmuxed
+            # layers a cut keeps are checked here: more than k would leave the model inconsistent.
+            unmuxed = overrides.get("num_unmuxed_layers", saved.get("num_unmuxed_layers", 0))
+            if unmuxed > config.keep_layers:
+                raise ValueError(f"keep_layers={config.keep_layers} cuts below the {unmuxed} unmuxed layers of "
+                                 f"{config.init}: keep at least {unmuxed}")
             overrides["num_hidden_layers"] = config.keep_layers
         model = model_class.from_pretrained(config.init, **mux, **overrides, ignore_mismatched_sizes=classifier,
                                             regroup=config.regroup_instances)
