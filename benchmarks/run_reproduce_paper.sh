@@ -94,11 +94,13 @@ while [ "$running" -gt 0 ]; do
     wait -n
     running=$((running - 1))
 done
-merge
-# Every row's dev curve over its fine-tuning (this session's rows), and the muxology of the
-# pre-trained checkpoints, BERT against MUX-BERT N = 2 / 5 / 10, when they were trained here.
+# Every row's dev curve over its fine-tuning (this session's rows) first: the merge refuses a row
+# with a task missing, as the larger size's N = 1 row is until both of its shards are in.
 GRID="$OUT/length-grid/shards-${ONLY//,/-}"
 python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "${GRID%-}" > /dev/null
+merge
+# The muxology of the pre-trained checkpoints, BERT against MUX-BERT N = 2 / 5 / 10, when they
+# were trained here.
 for key in bert mux-bert-2 mux-bert-5 mux-bert-10; do [ -d "$RUNS/$key/2-pretrain" ] || exit 0; done
 muxplm analyze muxology "$RUNS/bert/2-pretrain" "$RUNS/mux-bert-2/2-pretrain" "$RUNS/mux-bert-5/2-pretrain" \
     "$RUNS/mux-bert-10/2-pretrain" --num-sentences 200 --max-length 48 --output "$OUT/muxology.json"
