@@ -6,7 +6,7 @@
 #   * the fine-tuning rate, 1e-4 (NER 5e-4, the tiny rows' 5x ratio kept): at the tiny rows' 2e-4
 #     the N = 1 row never left chance on sentiment; the probe in paper-full/small-lr-probe chose it;
 #   * the device (fp32 as on the CPU) and the wall clock for the timing, which runs on the GPU.
-# So these rows form their own table (OUT), retention against the N = 1 row of the same size, not
+# So these rows form their own table (RESULTS), retention against the N = 1 row of the same size, not
 # rows of the tiny table.
 #
 #   bash benchmarks/run_reproduce_larger_gpu.sh                  # on a machine with a CUDA GPU
@@ -14,11 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-runs/reproduce-larger-gpu}
-OUT=${OUT:-benchmarks/results/reproduce/paper-full/larger-gpu}
+RESULTS=${RESULTS:-benchmarks/results/reproduce/paper-full/larger-gpu}
 DEVICE=${DEVICE:-cuda}
 RECIPE=(--full --device "$DEVICE" --set finetune.lr=1e-4 --set 'task_finetune.ner={"lr": 5e-4}'
         --set 'throughput.clock="wall"')
-mkdir -p "$RUNS/logs" "$OUT/parts"
+mkdir -p "$RUNS/logs" "$RESULTS/parts"
 # Four runs side by side (the GPU sits mostly idle under one): each row's sentence tasks, and,
 # once that run has pre-trained the row, its token tasks, which reuse the same pre-trained stage.
 pids=()
@@ -41,9 +41,9 @@ for key in bert-small mux-bert-small-2; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (set -e)
 for name in bert-small-sentence bert-small-token mux-bert-small-2-sentence mux-bert-small-2-token; do
-    rm -rf "$OUT/parts/$name"
-    cp -r "$RUNS/part-$name" "$OUT/parts/$name"
-    cp "$RUNS/logs/$name.log" "$OUT/parts/$name/log.txt"
+    rm -rf "$RESULTS/parts/$name"
+    cp -r "$RUNS/part-$name" "$RESULTS/parts/$name"
+    cp "$RUNS/logs/$name.log" "$RESULTS/parts/$name/log.txt"
 done
-python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "$OUT/length-grid" > /dev/null
-python3 -m muxplm reproduce --merge "$OUT"/parts/*/ --output-dir "$OUT" | tee "$OUT/log.txt"
+python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "$RESULTS/length-grid" > /dev/null
+python3 -m muxplm reproduce --merge "$RESULTS"/parts/*/ --output-dir "$RESULTS" | tee "$RESULTS/log.txt"

@@ -400,6 +400,23 @@ def test_a_merge_refuses_parts_of_different_reproductions(micro_run, tmp_path):
     merge(part("fine", lambda *_: None))  # the same part unedited merges
 
 
+def test_a_merge_times_rows_trained_on_a_gpu_on_the_device_asked_for(micro_run, tmp_path):
+    """Rows trained on a GPU (their recipe's device) can be timed on the CPU that serves them."""
+    import shutil
+
+    from muxplm.bench.reproduce import merge_reproductions
+
+    first, _ = micro_run
+    trained_on_gpu = tmp_path / "gpu-part"
+    shutil.copytree(first, trained_on_gpu)
+    results = json.loads((trained_on_gpu / "results.json").read_text())
+    results["recipe"]["device"] = "cuda"
+    (trained_on_gpu / "results.json").write_text(json.dumps(results))
+    merged = merge_reproductions([trained_on_gpu], tmp_path / "merged", log=lambda *_: None, device="cpu")
+    assert merged["environment"]["device"] == "cpu" and merged["recipe"]["device"] == "cuda"
+    assert all(m["samples_per_s"] > 0 for by_key in merged["throughput"].values() for m in by_key.values())
+
+
 def test_a_row_fine_tuned_a_few_tasks_a_session_merges_when_its_pretraining_is_the_same(micro_run, tmp_path):
     import shutil
 

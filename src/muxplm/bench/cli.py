@@ -125,7 +125,8 @@ def register(subparsers) -> None:
                     "the small size), default, convert (default: the preset's list)")
     rp.add_argument("--tasks", type=_csv(), default=None, help="comma list (default: sentiment,trec,pos,ner)")
     rp.add_argument("--seeds", type=int, default=None, help="composition seeds per evaluation (default: preset's)")
-    rp.add_argument("--device", default=None, help="override the preset's device (cpu, cuda)")
+    rp.add_argument("--device", default=None,
+                    help="override the preset's device (cpu, cuda); with --merge, where the rows are timed")
     rp.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
                     help="override a recipe value, e.g. --set pretrain.max_steps=50 (repeatable)")
     rp.add_argument("--progress", action="store_true", help="show training progress bars")
@@ -286,7 +287,7 @@ def _run_reproduce(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.merge:
-        results = merge_reproductions(args.merge, args.output_dir)
+        results = merge_reproductions(args.merge, args.output_dir, device=args.device)
         print(report_text(results))
         print(f"wrote the merged results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md to "
               f"{args.output_dir}")

@@ -603,7 +603,8 @@ def _stage_codes(training: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
     return codes
 
 
-def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=print) -> dict[str, Any]:
+def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=print,
+                        device: str | None = None) -> dict[str, Any]:
     """One table from the results folders of several runs of one reproduction: the shards that
     sessions trained one pair at a time, whose checkpoints did not outlive their session. The
     parts must share the recipe and the code every stage was trained with (one source hash). A
@@ -612,7 +613,9 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
     in every part (same steps, loss and held-out scores: the same deterministic run); in the
     end every row has every task. Scores and training summaries are taken as the parts measured
     them; every row is timed again, all side by side here, on a model built from its kept
-    config.json with random weights (a forward pass costs the same whatever its weights)."""
+    config.json with random weights (a forward pass costs the same whatever its weights), on
+    ``device`` if given (rows trained on a GPU, timed on the CPU that serves them), else on the
+    recipe's."""
     loaded = [(Path(part), json.loads((Path(part) / "results.json").read_text())) for part in parts]
     if not loaded:
         raise ValueError("merge needs at least one results folder")
@@ -658,14 +661,15 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
     order = {key: i for i, key in enumerate(PAPER_MODELS)}
     models = sorted(evaluations, key=lambda key: order.get(key, len(order)))
     recipe = first["recipe"]
-    log(f"== throughput, {len(models)} models side by side (built from their configs)")
+    device = device or recipe["device"]
+    log(f"== throughput on {device}, {len(models)} models side by side (built from their configs)")
     start = time.perf_counter()
-    throughput = {head: measure_side_by_side({key: str(by_key[key]) for key in models}, device=recipe["device"],
+    throughput = {head: measure_side_by_side({key: str(by_key[key]) for key in models}, device=device,
                                              fresh=True, **recipe["throughput"])
                   for head, by_key in configs.items()}
     rows = summarize_results(models, tasks, evaluations, throughput, training)
     results = dict(
-        preset=first["preset"], recipe=recipe, models=models, tasks=tasks, environment=environment(recipe["device"]),
+        preset=first["preset"], recipe=recipe, models=models, tasks=tasks, environment=environment(device),
         rows=rows, checks=check_targets(rows), throughput=throughput, training=training, evaluations=evaluations,
         wall_seconds=time.perf_counter() - start,
         merged_from=[dict(folder=str(folder), models=part["models"], tasks=part["tasks"],
