@@ -23,9 +23,12 @@ RESULTS=${RESULTS:-benchmarks/results/reproduce/paper-full/larger-gpu}
 DEVICE=${DEVICE:-cuda}
 RECIPE=(--full --device "$DEVICE" --set 'throughput.clock="wall"')
 mkdir -p "$RUNS/logs" "$RESULTS/parts"
+started="$RUNS/logs/.started"
+touch "$started"
 pids=()
 names=()
 declare -A first
+trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT  # a failed part stops the others too
 part() {  # KEY TASKS NAME [reproduce arguments]
     local key=$1 tasks=$2 name=$3
     shift 3
@@ -36,18 +39,21 @@ part() {  # KEY TASKS NAME [reproduce arguments]
     first[$key]=$!
 }
 for key in $ROWS; do part "$key" sentiment,trec "$key-sentence" "$@"; done
+# A row's token run starts once its sentence run has begun fine-tuning, so the two never train
+# the row's pre-training stages at once (a folder left by an earlier run, with other code or
+# settings, is retrained first), or once the sentence run has ended (its status is checked below).
 for key in $ROWS; do
-    until [ -f "$RUNS/$key/2-pretrain/train_results.json" ]; do
-        kill -0 "${first[$key]}" 2>/dev/null || { echo "$key: its run ended before pre-training" >&2; exit 1; }
-        sleep 2
-    done
+    until [ "$RUNS/$key/3-sentiment" -nt "$started" ] || ! kill -0 "${first[$key]}" 2>/dev/null; do sleep 2; done
     part "$key" pos,ner "$key-token" "$@"
 done
 for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (set -e)
+trap - EXIT
+parts=()
 for name in "${names[@]}"; do
     rm -rf "$RESULTS/parts/$name"
     cp -r "$RUNS/part-$name" "$RESULTS/parts/$name"
     cp "$RUNS/logs/$name.log" "$RESULTS/parts/$name/log.txt"
+    parts+=("$RESULTS/parts/$name")
 done
 python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "$RESULTS/length-grid" > /dev/null
-python3 -m muxplm reproduce --merge "$RESULTS"/parts/*/ --output-dir "$RESULTS" | tee "$RESULTS/log.txt"
+python3 -m muxplm reproduce --merge "${parts[@]}" --output-dir "$RESULTS" | tee "$RESULTS/log.txt"

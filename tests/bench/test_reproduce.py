@@ -411,9 +411,11 @@ def test_a_merge_times_rows_trained_on_a_gpu_on_the_device_asked_for(micro_run, 
     shutil.copytree(first, trained_on_gpu)
     results = json.loads((trained_on_gpu / "results.json").read_text())
     results["recipe"]["device"] = "cuda"
+    results["recipe"]["throughput"]["dtype"] = "bfloat16"  # how the GPU recipe times
     (trained_on_gpu / "results.json").write_text(json.dumps(results))
     merged = merge_reproductions([trained_on_gpu], tmp_path / "merged", log=lambda *_: None, device="cpu")
     assert merged["environment"]["device"] == "cpu" and merged["recipe"]["device"] == "cuda"
+    assert merged["timing"]["device"] == "cpu" and merged["timing"]["dtype"] == "float32"
     assert all(m["samples_per_s"] > 0 for by_key in merged["throughput"].values() for m in by_key.values())
 
 

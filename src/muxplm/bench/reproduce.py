@@ -662,16 +662,19 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
     models = sorted(evaluations, key=lambda key: order.get(key, len(order)))
     recipe = first["recipe"]
     device = device or recipe["device"]
+    timing = dict(recipe["throughput"])
+    if not device.startswith("cuda"):
+        timing["dtype"] = "float32"  # as run_reproduction times on a CPU: half precision is a GPU's
     log(f"== throughput on {device}, {len(models)} models side by side (built from their configs)")
     start = time.perf_counter()
     throughput = {head: measure_side_by_side({key: str(by_key[key]) for key in models}, device=device,
-                                             fresh=True, **recipe["throughput"])
+                                             fresh=True, **timing)
                   for head, by_key in configs.items()}
     rows = summarize_results(models, tasks, evaluations, throughput, training)
     results = dict(
         preset=first["preset"], recipe=recipe, models=models, tasks=tasks, environment=environment(device),
-        rows=rows, checks=check_targets(rows), throughput=throughput, training=training, evaluations=evaluations,
-        wall_seconds=time.perf_counter() - start,
+        rows=rows, checks=check_targets(rows), throughput=throughput, timing=dict(device=device, **timing),
+        training=training, evaluations=evaluations, wall_seconds=time.perf_counter() - start,
         merged_from=[dict(folder=str(folder), models=part["models"], tasks=part["tasks"],
                           environment=part["environment"]) for folder, part in loaded],
     )
