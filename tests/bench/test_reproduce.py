@@ -133,7 +133,7 @@ def test_summary_targets_and_table_on_known_numbers():
 def test_recipe_overrides_and_errors():
     recipe = resolve_recipe("gpu", {"pretrain.max_steps": 7, "seeds": 2})
     assert recipe["pretrain"]["max_steps"] == 7 and recipe["seeds"] == 2
-    assert recipe["mixed_precision"] == "bf16" and recipe["device"] == "cuda"
+    assert recipe["device"] == "cuda" and recipe["throughput"]["clock"] == "wall"
     assert resolve_recipe("quick")["pretrain"]["max_steps"] != 7  # presets are not mutated
     overrides = {"pretrain": {"max_steps": 3, "lr": 1e-3}, "pretrain.max_steps": 5}
     assert resolve_recipe("quick", overrides)["pretrain"] == {"max_steps": 5, "lr": 1e-3}
@@ -147,6 +147,36 @@ def test_recipe_overrides_and_errors():
     with pytest.raises(ValueError, match="keep_layers cuts to k >= 1"):  # refused before any folder is touched
         finetune_model("bert", "sentiment", "/nonexistent", resolve_recipe("quick"), Path("/nonexistent"), None,
                        keep_layers=0)
+
+
+def test_the_gpu_preset_is_the_full_rule_three_times_as_long():
+    full, gpu = resolve_recipe("full"), resolve_recipe("gpu")
+    assert gpu["finetune"]["max_steps"] == 3 * full["finetune"]["max_steps"]
+    assert gpu["finetune"]["max_steps"] // gpu["finetune"]["eval_steps"] == 6  # still the best of six
+    same = ("retrieval", "pretrain", "task_finetune", "sizes", "seeds", "preset", "corpus_max_words", "mixed_precision")
+    assert {k: gpu[k] for k in same} == {k: full[k] for k in same}
+    differing = {k for k in gpu["finetune"] if gpu["finetune"][k] != full["finetune"][k]}
+    assert differing == {"max_steps", "eval_steps", "save_steps"}
+
+
+def test_a_row_of_its_own_size_fine_tunes_at_that_sizes_rate(monkeypatch, tmp_path):
+    """The full rule's learning rates are the tiny size's; BERT-small stays at chance with them, so a
+    row of the larger size takes its size's rates (over the task's), everything else unchanged."""
+    from muxplm.bench import reproduce
+
+    monkeypatch.setattr(reproduce, "_run", lambda config: config)
+    recipe = resolve_recipe("full")
+
+    def settings(key, task):
+        return finetune_model(key, task, str(tmp_path / "init"), recipe, tmp_path, None)[1]
+
+    assert (settings("bert", "sentiment").lr, settings("bert", "ner").lr) == (2e-4, 1e-3)
+    for key in ("bert-small", "mux-bert-small-2"):
+        sentiment, ner = settings(key, "sentiment"), settings(key, "ner")
+        assert (sentiment.lr, ner.lr) == (1e-4, 5e-4)
+        assert sentiment.sentence_pooling == "mean" and sentiment.max_steps == settings("bert", "sentiment").max_steps
+    recipe["sizes"] = {}  # without a rate of its own, the size takes the rule's
+    assert settings("bert-small", "ner").lr == 1e-3
 
 
 def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_path):

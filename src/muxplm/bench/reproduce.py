@@ -97,7 +97,7 @@ MODELS.update({
 })
 # The rest of the paper's Table 1 and its ablations (section 5): T-MUX and MUX-ELECTRA up to
 # N = 10, the prefix demultiplexer and the contextual multiplexer in place of the defaults, and a
-# larger size (small; base for the GPU preset, whose own size is small) against its own N = 1 row.
+# larger size (small, at its own rate: the recipe's `sizes`) against its own N = 1 row.
 MODELS["tmux-10"] = ModelRecipe("T-MUX N=10", 10, "gaussian_hadamard", "prefix", pretrained=False)
 MODELS.update({f"mux-electra-{n}": ModelRecipe(f"MUX-ELECTRA N={n}", n, "gaussian_hadamard", "unbind",
                                                 family="electra", baseline="electra") for n in (5, 10)})
@@ -259,7 +259,9 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
         raise ValueError(f"keep_layers cuts to k >= 1 layers, got {keep_layers}")
     model = MODELS[key]
     output = root / (key if keep_layers is None else cut_key(key, keep_layers)) / f"3-{task}"
-    settings = dict(recipe["finetune"], **recipe.get("task_finetune", {}).get(task, {}))
+    own_size = recipe.get("sizes", {}).get(model.size, {}) if model.size else {}
+    settings = {**recipe["finetune"], **own_size.get("finetune", {}), **recipe.get("task_finetune", {}).get(task, {}),
+                **own_size.get("task_finetune", {}).get(task, {})}
     if model.warm_start:  # the pretrained encoder wants a smaller step (and is slower per example)
         warm = {"lr": recipe["warm"]["finetune_lr"], "max_train_examples": recipe["warm"]["max_train_examples"]}
         settings.update({key: value for key, value in warm.items() if value is not None})  # None: keep
