@@ -6,9 +6,10 @@
 # a part, OUT/parts/shard-I; the parts merge into one table in OUT (`muxplm reproduce --merge`:
 # one recipe and one source hash required, every row timed again side by side).
 #
-#   PRESET=gpu bash benchmarks/run_reproduce_paper.sh               # every shard at once on a GPU (larger size: base)
 #   CODE=cc53eb0 ONLY=2,3 bash benchmarks/run_reproduce_paper.sh    # one pair of CPU shards: a session's worth
 #   MERGE=1 bash benchmarks/run_reproduce_paper.sh                  # the parts in so far, merged again
+#
+# On a GPU the whole table is one run instead: bash benchmarks/run_reproduce_gpu.sh (the `gpu` preset).
 #
 # On the 2-core CPU the full preset takes about 11 hours, more than a session, and a session's
 # checkpoints do not outlive it. So a session trains one pair of shards with the pinned code
@@ -26,6 +27,7 @@ ONLY=${ONLY:-}
 PARALLEL=${PARALLEL:-2}
 CODE=${CODE:-}
 CHECKOUT_PYTHONPATH=${PYTHONPATH:-}
+[ "$PRESET" != gpu ] || { echo "on a GPU: bash benchmarks/run_reproduce_gpu.sh" >&2; exit 2; }
 muxplm() { python3 -m muxplm "$@"; }
 merge() {  # with this checkout's code, whatever commit trained the parts
     shopt -s nullglob
@@ -46,7 +48,7 @@ if [ -n "$CODE" ]; then
     python3 -c "import muxplm, sys; sys.exit(not muxplm.__file__.startswith('$(cd "$SRC/src" && pwd)'))" \
         || { echo "run_reproduce_paper.sh: muxplm is not imported from $SRC" >&2; exit 1; }
 fi
-if [ "$PRESET" = gpu ]; then LARGER=base; THREADS=(); else LARGER=small; THREADS=(--threads 1); fi
+THREADS=(--threads 1)
 # Pairs of shards of about equal cost, each pair side by side in one session. Fine-tuning steps
 # timed two at a time on the 2-core CPU: tiny 0.86 / 0.47 / 0.27 / 0.20 s at N = 1 / 2 / 5 / 10,
 # small 2.6 s at N = 1; 1,500 steps a task. Estimated minutes: 120, 90 | 120, 90 | 145, 115 |
@@ -56,10 +58,10 @@ SHARDS=(
     "mux-bert-2,mux-bert-5"
     "electra,mux-electra-10"
     "mux-electra-2,mux-electra-5"
-    "bert-$LARGER@sentiment,trec"
+    "bert-small@sentiment,trec"
     "tmux-2,tmux-5,tmux-10"
-    "bert-$LARGER@pos,ner"
-    "mux-bert-$LARGER-2"
+    "bert-small@pos,ner"
+    "mux-bert-small-2"
     "prefix-2,prefix-5,prefix-10"
     "contextual-2,contextual-5,contextual-10"
 )
