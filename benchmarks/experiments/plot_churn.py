@@ -1,0 +1,185 @@
+"""Composition churn against speed: how many sentence predictions change with the composition
+(which inputs share a forward pass), for every row of a reproduction table, for re-fine-tunings
+of its rows (composition consistency, a longer grid) and for the plain encoder's cuts, which
+have no composition and so change nothing.
+
+    python3 benchmarks/experiments/plot_churn.py \\
+        --table benchmarks/results/reproduce/paper-full/results.json \\
+        --cuts benchmarks/results/reproduce/paper-full/frontier-bert/results.json \\
+        --variant "consistency 4=mux-bert-2:RUN/n2/results.json,RUN/n2-trec/results.json" \\
+        --output-dir benchmarks/results/reproduce/paper-full/churn
+
+A variant re-fine-tunes one table row (``LABEL=ROW:RESULTS[,RESULTS...]``, each results file a
+``muxplm reproduce`` run of that row); it has the row's architecture, so it is drawn at the
+row's speed-up. The table's speed-ups come from its own side-by-side timing; the cuts' from
+theirs (a separate run: ``timing`` in the output says which). Writes ``churn.png`` (one panel
+per task: speed-up against predictions changed, with the 5 % / 10 % targets of N = 2 / 5),
+``churn.md`` and ``churn.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+TARGETS = {2: 5.0, 5: 10.0}  # the most predictions a row of that N may change, in percent
+
+
+def parse_variant(text: str) -> tuple[str, str, list[Path]]:
+    """``LABEL=ROW:PATH[,PATH...]`` -> (label, table row, results files)."""
+    label, sep, rest = text.partition("=")
+    row, sep2, paths = rest.partition(":")
+    if not (sep and sep2 and label and row and paths):
+        raise ValueError(f"a variant is LABEL=ROW:RESULTS[,RESULTS...], got {text!r}")
+    return label, row, [Path(p) for p in paths.split(",")]
+
+
+def table_points(table: dict, tasks: list[str]) -> list[dict]:
+    """One point per multiplexed row of a reproduction's results: its sentence speed-up and,
+    per task, the score and the share of predictions changed (percent)."""
+    points = []
+    for key, row in table["rows"].items():
+        if row["num_instances"] < 2:
+            continue
+        points.append(dict(
+            label=row["label"], row=key, num_instances=row["num_instances"], kind="table",
+            speedup=row["throughput_gain"]["sentence"],
+            tasks={t: _task(row["scores"][t]) for t in tasks if t in row["scores"]},
+        ))
+    return points
+
+
+def _task(score: dict) -> dict:
+    changed = score.get("changed_across_seeds")
+    return dict(score=score["mean"], changed=None if changed is None else 100 * changed)
+
+
+def variant_point(label: str, row: str, results: list[dict], table: dict, tasks: list[str]) -> dict:
+    """A re-fine-tuning of table row ``row``: its tasks from ``results`` (a later file wins a
+    task both hold), drawn at the row's speed-up."""
+    if row not in table["rows"]:
+        raise ValueError(f"variant {label!r}: the table has no row {row!r} (it has {sorted(table['rows'])})")
+    base = table["rows"][row]
+    measured = {}
+    for result in results:
+        if row not in result["rows"]:
+            raise ValueError(f"variant {label!r}: a results file has no row {row!r}")
+        measured.update({t: _task(s) for t, s in result["rows"][row]["scores"].items() if t in tasks})
+    if not measured:
+        raise ValueError(f"variant {label!r}: its results hold none of the tasks {tasks}")
+    return dict(label=f"{base['label']} + {label}", row=row, num_instances=base["num_instances"], kind="variant",
+                variant=label, speedup=base["throughput_gain"]["sentence"], tasks=measured)
+
+
+def cut_points(frontier: dict, tasks: list[str]) -> list[dict]:
+    """The plain encoder and its cuts, fp32 (a plain model changes no prediction)."""
+    rows = frontier["rows"]
+    reference = frontier["speeds"]["N1-K0-L4"]["fp32"]
+    points = []
+    for key, row in rows.items():
+        if row["num_instances"] != 1 or row["precision"] != "fp32":
+            continue
+        speed = frontier["speeds"][f"N1-K0-L{row['layers']}"]["fp32"]
+        points.append(dict(label=f"{key} ({row['layers']} layer{'s' * (row['layers'] > 1)})", row=key,
+                           num_instances=1, kind="cut", speedup=speed / reference,
+                           tasks={t: dict(score=row["scores"][t]["mean"], changed=0.0) for t in tasks if t in row["scores"]}))
+    return points
+
+
+def checks(points: list[dict]) -> list[str]:
+    """Each point of an N with a stability target against it: its most-changed task."""
+    lines = []
+    for p in points:
+        target = TARGETS.get(p["num_instances"])
+        changed = [v["changed"] for v in p["tasks"].values() if v["changed"] is not None]
+        if target is None or not changed:
+            continue
+        worst = max(changed)
+        verdict = "met" if worst <= target else "MISSED"
+        lines.append(f"{verdict} {p['label']}: at most {worst:.1f} % of a task's predictions changed "
+                     f"(<= {target:.0f} %) at {p['speedup']:.2f}x, over {', '.join(p['tasks'])}")
+    return lines
+
+
+def table_markdown(points: list[dict], tasks: list[str]) -> str:
+    header = ["system", "N", "speed-up"] + [f"{t}: score / changed" for t in tasks]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for p in sorted(points, key=lambda p: (p["kind"] == "cut", p["speedup"])):
+        cells = [p["label"], str(p["num_instances"]), f"{p['speedup']:.2f}x"]
+        for t in tasks:
+            v = p["tasks"].get(t)
+            cells.append("-" if v is None else f"{v['score']:.1f} / {v['changed']:.1f} %")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(points: list[dict], tasks: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.8), squeeze=False)
+    style = {"table": dict(marker="o"), "variant": dict(marker="*", s=140), "cut": dict(marker="s")}
+    families = sorted({p["row"].rsplit("-", 1)[0] for p in points if p["kind"] != "cut"})
+    colour = {family: f"C{i % 10}" for i, family in enumerate(families)}  # a row and its variants alike
+    rows = {p["row"]: p for p in points if p["kind"] == "table"}
+    for ax, task in zip(axes[0], tasks):
+        for p in points:
+            v = p["tasks"].get(task)
+            if v is None or v["changed"] is None:
+                continue
+            family = p["row"].rsplit("-", 1)[0]
+            ax.scatter(p["speedup"], v["changed"], color=colour.get(family, "black"), **style[p["kind"]])
+            ax.annotate(p["label"], (p["speedup"], v["changed"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
+            base = rows.get(p["row"]) if p["kind"] == "variant" else None
+            if base is not None and base["tasks"].get(task, {}).get("changed") is not None:
+                ax.annotate("", (p["speedup"], v["changed"]), (base["speedup"], base["tasks"][task]["changed"]),
+                            arrowprops=dict(arrowstyle="->", color="grey"))
+        for n, target in TARGETS.items():
+            ax.axhline(target, linestyle="--", linewidth=0.8, color="tab:red")
+            ax.text(0.99, target, f"target at N = {n}", fontsize=7, color="tab:red", va="bottom", ha="right",
+                    transform=ax.get_yaxis_transform())
+        ax.set_xscale("log")
+        ax.set_xlabel("sentence throughput over the plain encoder (log)")
+        ax.set_ylabel(f"{task}: dev predictions changed by the composition (%)")
+        ax.set_title(task)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", required=True, type=Path, help="a muxplm reproduce results.json")
+    parser.add_argument("--cuts", type=Path, help="a reproduce_frontier.py results.json (the plain encoder's cuts)")
+    parser.add_argument("--variant", action="append", default=[], help="LABEL=ROW:RESULTS[,RESULTS...]")
+    parser.add_argument("--tasks", default="sentiment,trec", help="comma-separated sentence tasks")
+    parser.add_argument("--output-dir", required=True, type=Path)
+    args = parser.parse_args(argv)
+
+    tasks = args.tasks.split(",")
+    table = json.loads(args.table.read_text())
+    points = table_points(table, tasks)
+    for text in args.variant:
+        label, row, paths = parse_variant(text)
+        points.append(variant_point(label, row, [json.loads(p.read_text()) for p in paths], table, tasks))
+    timing = {"table": str(args.table)}
+    if args.cuts:
+        frontier = json.loads(args.cuts.read_text())
+        points += cut_points(frontier, tasks)
+        timing["cuts"] = f"{args.cuts} (a separate timing run: {frontier.get('timing')})"
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    verdicts = checks(points)
+    (args.output_dir / "churn.json").write_text(json.dumps(dict(points=points, checks=verdicts, timing=timing), indent=1))
+    markdown = table_markdown(points, tasks) + "\n\n" + "\n".join(f"* {line}" for line in verdicts) + "\n"
+    (args.output_dir / "churn.md").write_text(markdown)
+    plot(points, tasks, args.output_dir / "churn.png")
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""benchmarks/experiments/plot_churn.py: composition churn against speed, for a table's rows,
+their re-fine-tunings and the plain encoder's cuts."""
+
+import json
+
+import pytest
+
+from script_testing import load_script
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("plot_churn")
+
+
+def _score(mean, changed):
+    return {"mean": mean, "std": 0.5, "metric": "accuracy", "changed_across_seeds": changed}
+
+
+def _row(label, n, gain, changed):
+    return {"label": label, "num_instances": n, "throughput_gain": {"sentence": gain, "token": gain},
+            "scores": {"sentiment": _score(80.0, changed), "trec": _score(82.0, None if n == 1 else changed + 0.05)}}
+
+
+TABLE = {"rows": {"bert": _row("BERT", 1, 1.0, None), "mux-bert-2": _row("MUX-BERT N=2", 2, 2.4, 0.20),
+                  "mux-bert-5": _row("MUX-BERT N=5", 5, 5.1, 0.08)}}
+FRONTIER = {"speeds": {"N1-K0-L4": {"fp32": 100.0, "int8": 150.0}, "N1-K0-L1": {"fp32": 400.0, "int8": 600.0}},
+            "timing": {"clock": "process"},
+            "rows": {key: {"num_instances": 1, "precision": precision, "layers": layers,
+                           "scores": {"sentiment": {"mean": 81.0}, "trec": {"mean": 84.0}}}
+                     for key, precision, layers in (("bert", "fp32", 4), ("bert-cut1", "fp32", 1),
+                                                    ("bert-cut1 int8", "int8", 1))}}
+
+
+def test_only_multiplexed_rows_are_points_and_the_checks_take_the_most_changed_task(script):
+    points = script.table_points(TABLE, ["sentiment", "trec"])
+    assert [p["row"] for p in points] == ["mux-bert-2", "mux-bert-5"]
+    assert points[0]["tasks"]["trec"]["changed"] == pytest.approx(25.0)
+    verdicts = script.checks(points)
+    assert verdicts[0].startswith("MISSED MUX-BERT N=2: at most 25.0 %")  # trec, not sentiment's 20 %
+    assert verdicts[1].startswith("MISSED MUX-BERT N=5: at most 13.0 %")  # 8 % sentiment is under 10, trec is not
+
+
+def test_a_variant_is_drawn_at_its_rows_speed_with_its_own_tasks(script):
+    first = {"rows": {"mux-bert-5": {"scores": {"sentiment": _score(81.0, 0.04)}}}}
+    second = {"rows": {"mux-bert-5": {"scores": {"trec": _score(83.0, 0.09), "pos": _score(90.0, 0.01)}}}}
+    point = script.variant_point("consistency 4", "mux-bert-5", [first, second], TABLE, ["sentiment", "trec"])
+    assert point["speedup"] == 5.1 and point["label"] == "MUX-BERT N=5 + consistency 4"
+    assert set(point["tasks"]) == {"sentiment", "trec"} and point["tasks"]["trec"]["changed"] == pytest.approx(9.0)
+    assert script.checks([point])[0].startswith("met MUX-BERT N=5 + consistency 4: at most 9.0 %")
+    with pytest.raises(ValueError, match="no row 'mux-bert-9'"):
+        script.variant_point("x", "mux-bert-9", [first], TABLE, ["sentiment"])
+    with pytest.raises(ValueError, match="none of the tasks"):
+        script.variant_point("x", "mux-bert-5", [second], TABLE, ["sentiment"])
+    with pytest.raises(ValueError, match="LABEL=ROW:RESULTS"):
+        script.parse_variant("consistency=mux-bert-5")
+
+
+def test_cuts_change_nothing_and_are_timed_against_the_whole_encoder(script):
+    points = script.cut_points(FRONTIER, ["sentiment", "trec"])
+    assert {p["row"]: p["speedup"] for p in points} == {"bert": 1.0, "bert-cut1": 4.0}  # fp32 only
+    assert all(t["changed"] == 0.0 for p in points for t in p["tasks"].values())
+
+
+def test_main_writes_the_table_the_checks_and_the_plot(script, tmp_path):
+    table, frontier, variant = tmp_path / "table.json", tmp_path / "frontier.json", tmp_path / "variant.json"
+    table.write_text(json.dumps(TABLE))
+    frontier.write_text(json.dumps(FRONTIER))
+    variant.write_text(json.dumps({"rows": {"mux-bert-2": {"scores": {"sentiment": _score(81.0, 0.03),
+                                                                      "trec": _score(83.0, 0.04)}}}}))
+    out = tmp_path / "out"
+    assert script.main(["--table", str(table), "--cuts", str(frontier), "--output-dir", str(out),
+                        "--variant", f"consistency 4=mux-bert-2:{variant}"]) == 0
+    saved = json.loads((out / "churn.json").read_text())
+    assert [p["kind"] for p in saved["points"]] == ["table", "table", "variant", "cut", "cut"]
+    assert "met MUX-BERT N=2 + consistency 4: at most 4.0 %" in saved["checks"][2]
+    markdown = (out / "churn.md").read_text()
+    assert "| bert-cut1 (1 layer) | 1 | 4.00x | 81.0 / 0.0 % | 84.0 / 0.0 % |" in markdown
+    assert (out / "churn.png").stat().st_size > 10_000
