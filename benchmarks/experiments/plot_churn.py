@@ -9,12 +9,16 @@ have no composition and so change nothing.
         --variant "consistency 4=mux-bert-2:RUN/n2/results.json,RUN/n2-trec/results.json" \\
         --output-dir benchmarks/results/reproduce/paper-full/churn
 
-A variant re-fine-tunes one table row (``LABEL=ROW:RESULTS[,RESULTS...]``, each results file a
-``muxplm reproduce`` run of that row); it has the row's architecture, so it is drawn at the
-row's speed-up. The table's speed-ups come from its own side-by-side timing; the cuts' from
-theirs (a separate run: ``timing`` in the output says which). Writes ``churn.png`` (one panel
-per task: speed-up against predictions changed, with the 5 % / 10 % targets of N = 2 / 5),
-``churn.md`` and ``churn.json``.
+A variant is a re-run of one table row (``LABEL=ROW:RESULTS[,RESULTS...]``, each results file a
+``muxplm reproduce`` run of that row, which may change its fine-tuning or its architecture).
+Speed-ups: with ``--speeds`` (a ``muxplm bench throughput --model ...`` results file that timed
+the points' fine-tuned checkpoints side by side), every point is timed in that one run, over the
+table's N = 1 row, each found by the checkpoint its first task's evaluation names (a cut's:
+``ROW/3-TASK`` beside the table's runs); without it the table's own speed-ups, a variant at its
+row's (right only where it changes the fine-tuning alone) and the cuts at theirs (a separate
+run). ``timing`` in the output says which. Writes ``churn.png`` (one panel per task: speed-up
+against predictions changed, with the 5 % / 10 % targets of N = 2 / 5), ``churn.md`` and
+``churn.json``.
 """
 
 from __future__ import annotations
@@ -44,10 +48,16 @@ def table_points(table: dict, tasks: list[str]) -> list[dict]:
             continue
         points.append(dict(
             label=row["label"], row=key, num_instances=row["num_instances"], kind="table",
-            speedup=row["throughput_gain"]["sentence"],
+            speedup=row["throughput_gain"]["sentence"], checkpoint=_checkpoint(table, key, tasks),
             tasks={t: _task(row["scores"][t]) for t in tasks if t in row["scores"]},
         ))
     return points
+
+
+def _checkpoint(results: dict, row: str, tasks: list[str]) -> str | None:
+    """The fine-tuned checkpoint of the row's first task that a results file evaluated."""
+    evaluated = results.get("evaluations", {}).get(row, {})
+    return next((evaluated[t]["checkpoint"] for t in tasks if t in evaluated), None)
 
 
 def _task(score: dict) -> dict:
@@ -61,19 +71,21 @@ def variant_point(label: str, row: str, results: list[dict], table: dict, tasks:
     if row not in table["rows"]:
         raise ValueError(f"variant {label!r}: the table has no row {row!r} (it has {sorted(table['rows'])})")
     base = table["rows"][row]
-    measured = {}
+    measured, checkpoint = {}, None
     for result in results:
         if row not in result["rows"]:
             raise ValueError(f"variant {label!r}: a results file has no row {row!r}")
         measured.update({t: _task(s) for t, s in result["rows"][row]["scores"].items() if t in tasks})
+        checkpoint = checkpoint or _checkpoint(result, row, tasks)
     if not measured:
         raise ValueError(f"variant {label!r}: its results hold none of the tasks {tasks}")
     return dict(label=f"{base['label']} + {label}", row=row, num_instances=base["num_instances"], kind="variant",
-                variant=label, speedup=base["throughput_gain"]["sentence"], tasks=measured)
+                variant=label, speedup=base["throughput_gain"]["sentence"], checkpoint=checkpoint, tasks=measured)
 
 
-def cut_points(frontier: dict, tasks: list[str]) -> list[dict]:
-    """The plain encoder and its cuts, fp32 (a plain model changes no prediction)."""
+def cut_points(frontier: dict, tasks: list[str], runs: Path | None = None) -> list[dict]:
+    """The plain encoder and its cuts, fp32 (a plain model changes no prediction); ``runs``:
+    the folder of their fine-tunings (``ROW/3-TASK``)."""
     rows = frontier["rows"]
     reference = frontier["speeds"]["N1-K0-L4"]["fp32"]
     points = []
@@ -83,8 +95,25 @@ def cut_points(frontier: dict, tasks: list[str]) -> list[dict]:
         speed = frontier["speeds"][f"N1-K0-L{row['layers']}"]["fp32"]
         points.append(dict(label=f"{key} ({row['layers']} layer{'s' * (row['layers'] > 1)})", row=key,
                            num_instances=1, kind="cut", speedup=speed / reference,
+                           checkpoint=None if runs is None else str(runs / key / f"3-{tasks[0]}"),
                            tasks={t: dict(score=row["scores"][t]["mean"], changed=0.0) for t in tasks if t in row["scores"]}))
     return points
+
+
+def apply_speeds(points: list[dict], timed: dict, baseline: str) -> None:
+    """Each point's speed-up from one side-by-side timing (``muxplm bench throughput --model``'s
+    results): its checkpoint's samples/s over the ``baseline`` checkpoint's."""
+    speeds = {Path(entry["checkpoint"]).resolve(): entry["samples_per_s"]
+              for entry in timed["results"] if entry.get("checkpoint") and entry.get("precision") == "fp32"
+              and entry.get("runtime", "torch") == "torch"}
+    reference = speeds.get(Path(baseline).resolve())
+    if reference is None:
+        raise ValueError(f"the timing has no fp32 entry for the N = 1 row's checkpoint {baseline}")
+    for p in points:
+        speed = None if p.get("checkpoint") is None else speeds.get(Path(p["checkpoint"]).resolve())
+        if speed is None:
+            raise ValueError(f"the timing has no fp32 entry for {p['label']} ({p.get('checkpoint')})")
+        p["speedup"] = speed / reference
 
 
 def checks(points: list[dict]) -> list[str]:
@@ -156,6 +185,7 @@ def main(argv=None) -> int:
     parser.add_argument("--table", required=True, type=Path, help="a muxplm reproduce results.json")
     parser.add_argument("--cuts", type=Path, help="a reproduce_frontier.py results.json (the plain encoder's cuts)")
     parser.add_argument("--variant", action="append", default=[], help="LABEL=ROW:RESULTS[,RESULTS...]")
+    parser.add_argument("--speeds", type=Path, help="a muxplm bench throughput --model results file timing every point")
     parser.add_argument("--tasks", default="sentiment,trec", help="comma-separated sentence tasks")
     parser.add_argument("--output-dir", required=True, type=Path)
     args = parser.parse_args(argv)
@@ -167,10 +197,16 @@ def main(argv=None) -> int:
         label, row, paths = parse_variant(text)
         points.append(variant_point(label, row, [json.loads(p.read_text()) for p in paths], table, tasks))
     timing = {"table": str(args.table)}
+    baseline = next((_checkpoint(table, key, tasks) for key, row in table["rows"].items() if row["num_instances"] == 1), None)
     if args.cuts:
         frontier = json.loads(args.cuts.read_text())
-        points += cut_points(frontier, tasks)
+        runs = None if baseline is None else Path(baseline).parent.parent
+        points += cut_points(frontier, tasks, runs)
         timing["cuts"] = f"{args.cuts} (a separate timing run: {frontier.get('timing')})"
+    if args.speeds:
+        timed = json.loads(args.speeds.read_text())
+        apply_speeds(points, timed, baseline)
+        timing = {"every point": f"{args.speeds}: {timed.get('settings')}, {timed.get('environment')}"}
     args.output_dir.mkdir(parents=True, exist_ok=True)
     verdicts = checks(points)
     (args.output_dir / "churn.json").write_text(json.dumps(dict(points=points, checks=verdicts, timing=timing), indent=1))

@@ -77,3 +77,34 @@ def test_main_writes_the_table_the_checks_and_the_plot(script, tmp_path):
     markdown = (out / "churn.md").read_text()
     assert "| bert-cut1 (1 layer) | 1 | 4.00x | 81.0 / 0.0 % | 84.0 / 0.0 % |" in markdown
     assert (out / "churn.png").stat().st_size > 10_000
+
+
+def test_with_a_timing_every_point_is_timed_in_that_one_run_over_the_plain_row(script, tmp_path):
+    runs = tmp_path / "runs"
+    table = json.loads(json.dumps(TABLE))
+    table["evaluations"] = {key: {"sentiment": {"checkpoint": str(runs / key / "3-sentiment")}} for key in TABLE["rows"]}
+    variant = {"rows": {"mux-bert-2": {"scores": {"sentiment": _score(81.0, 0.03)}}},
+               "evaluations": {"mux-bert-2": {"sentiment": {"checkpoint": str(tmp_path / "k1" / "mux-bert-2" / "3-sentiment")}}}}
+    speeds = {"bert": 100.0, "mux-bert-2": 150.0, "mux-bert-5": 420.0, "bert-cut1": 390.0, "k1": 130.0}
+
+    def entry(key, precision="fp32"):
+        folder = tmp_path / "k1" / "mux-bert-2" if key == "k1" else runs / key
+        return {"checkpoint": str(folder / "3-sentiment"), "precision": precision, "runtime": "torch",
+                "samples_per_s": speeds[key] * (2 if precision == "int8" else 1)}
+
+    timed = {"results": [entry(key) for key in speeds if key != "bert-cut1"] + [entry("bert", "int8")]}
+    paths = {name: tmp_path / f"{name}.json" for name in ("table", "frontier", "variant", "timed")}
+    for name, content in zip(paths, (table, FRONTIER, variant, timed)):
+        paths[name].write_text(json.dumps(content))
+    arguments = ["--table", str(paths["table"]), "--cuts", str(paths["frontier"]), "--speeds", str(paths["timed"]),
+                 "--variant", f"1 unmuxed layer=mux-bert-2:{paths['variant']}", "--output-dir", str(tmp_path / "out")]
+    with pytest.raises(ValueError, match=r"no fp32 entry for bert-cut1 \(1 layer\)"):  # the cut was not timed
+        script.main(arguments)
+    timed["results"].append(entry("bert-cut1"))
+    paths["timed"].write_text(json.dumps(timed))
+    assert script.main(arguments) == 0
+    saved = json.loads((tmp_path / "out" / "churn.json").read_text())
+    assert {p["label"]: round(p["speedup"], 2) for p in saved["points"]} == {
+        "MUX-BERT N=2": 1.5, "MUX-BERT N=5": 4.2, "MUX-BERT N=2 + 1 unmuxed layer": 1.3,  # its own checkpoint's speed
+        "bert (4 layers)": 1.0, "bert-cut1 (1 layer)": 3.9}
+    assert list(saved["timing"]) == ["every point"]
