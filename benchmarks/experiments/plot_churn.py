@@ -172,9 +172,8 @@ def plot(points: list[dict], tasks: list[str], path: Path) -> None:
             ax.text(0.99, target, f"target at N = {n}", fontsize=7, color="tab:red", va="bottom", ha="right",
                     transform=ax.get_yaxis_transform())
         ax.set_xscale("log")
-        for axis in (ax.xaxis,):
-            axis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
-            axis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%gx"))
         ax.set_xlabel("sentence throughput over the plain encoder (log)")
         ax.set_ylabel(f"{task}: dev predictions changed by the composition (%)")
         ax.set_title(task)
