@@ -16,9 +16,11 @@ the points' fine-tuned checkpoints side by side), every point is timed in that o
 table's N = 1 row, each found by the checkpoint its first task's evaluation names (a cut's:
 ``ROW/3-TASK`` beside the table's runs); without it the table's own speed-ups, a variant at its
 row's (right only where it changes the fine-tuning alone) and the cuts at theirs (a separate
-run). ``timing`` in the output says which. Writes ``churn.png`` (one panel per task: speed-up
-against predictions changed, with the 5 % / 10 % targets of N = 2 / 5), ``churn.md`` and
-``churn.json``.
+run). ``timing`` in the output says which. The token tasks (``--token-tasks``) are reported and
+judged beside the sentence tasks, not drawn, and each point's sentence / token retention is
+its average over the table's N = 1 row's where it has every task of the group. Writes
+``churn.png`` (one panel per sentence task: speed-up against predictions changed, with the 5 % /
+10 % targets of N = 2 / 5), ``churn.md`` and ``churn.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 from pathlib import Path
 
 TARGETS = {2: 5.0, 5: 10.0}  # the most predictions a row of that N may change, in percent
+GROUPS = ("sentence", "token")
 
 
 def parse_variant(text: str) -> tuple[str, str, list[Path]]:
@@ -41,7 +44,7 @@ def parse_variant(text: str) -> tuple[str, str, list[Path]]:
 
 def table_points(table: dict, tasks: list[str]) -> list[dict]:
     """One point per multiplexed row of a reproduction's results: its sentence speed-up and,
-    per task, the score and the share of predictions changed (percent)."""
+    per task of ``tasks`` it has, the score and the share of predictions changed (percent)."""
     points = []
     for key, row in table["rows"].items():
         if row["num_instances"] < 2:
@@ -63,6 +66,19 @@ def _checkpoint(results: dict, row: str, tasks: list[str]) -> str | None:
 def _task(score: dict) -> dict:
     changed = score.get("changed_across_seeds")
     return dict(score=score["mean"], changed=None if changed is None else 100 * changed)
+
+
+def add_retention(points: list[dict], table: dict, groups: dict[str, list[str]]) -> None:
+    """Each point's ``retention`` per group of tasks (``{"sentence": [...], "token": [...]}``): its
+    average score over the table's N = 1 row's on the same tasks, where it has all of them."""
+    reference = next((row for row in table["rows"].values() if row["num_instances"] == 1), None)
+    for p in points:
+        p["retention"] = {}
+        for group, names in groups.items():
+            if reference is None or not names or not all(t in p["tasks"] and t in reference["scores"] for t in names):
+                continue
+            ours = sum(p["tasks"][t]["score"] for t in names)
+            p["retention"][group] = 100 * ours / sum(reference["scores"][t]["mean"] for t in names)
 
 
 def variant_point(label: str, row: str, results: list[dict], table: dict, tasks: list[str]) -> dict:
@@ -117,7 +133,7 @@ def apply_speeds(points: list[dict], timed: dict, baseline: str) -> None:
 
 
 def checks(points: list[dict]) -> list[str]:
-    """Each point of an N with a stability target against it: its most-changed task."""
+    """Each point of an N with a stability target against it: its most-changed task of any group."""
     lines = []
     for p in points:
         target = TARGETS.get(p["num_instances"])
@@ -132,13 +148,15 @@ def checks(points: list[dict]) -> list[str]:
 
 
 def table_markdown(points: list[dict], tasks: list[str]) -> str:
-    header = ["system", "N", "speed-up"] + [f"{t}: score / changed" for t in tasks]
+    header = ["system", "N", "speed-up"] + [f"{t}: score / changed" for t in tasks] + ["retention (sent. / token)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for p in sorted(points, key=lambda p: (p["kind"] == "cut", p["speedup"])):
         cells = [p["label"], str(p["num_instances"]), f"{p['speedup']:.2f}x"]
         for t in tasks:
             v = p["tasks"].get(t)
             cells.append("-" if v is None else f"{v['score']:.1f} / {v['changed']:.1f} %")
+        retention = [p.get("retention", {}).get(group) for group in GROUPS]
+        cells.append(" / ".join("-" if r is None else f"{r:.1f} %" for r in retention))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -189,11 +207,15 @@ def main(argv=None) -> int:
     parser.add_argument("--cuts", type=Path, help="a reproduce_frontier.py results.json (the plain encoder's cuts)")
     parser.add_argument("--variant", action="append", default=[], help="LABEL=ROW:RESULTS[,RESULTS...]")
     parser.add_argument("--speeds", type=Path, help="a muxplm bench throughput --model results file timing every point")
-    parser.add_argument("--tasks", default="sentiment,trec", help="comma-separated sentence tasks")
+    parser.add_argument("--tasks", default="sentiment,trec", help="comma-separated sentence tasks (drawn)")
+    parser.add_argument("--token-tasks", default="pos,ner",
+                        help="comma-separated token tasks (reported and judged, not drawn; '' for none)")
     parser.add_argument("--output-dir", required=True, type=Path)
     args = parser.parse_args(argv)
 
-    tasks = args.tasks.split(",")
+    drawn = args.tasks.split(",")
+    token_tasks = [t for t in args.token_tasks.split(",") if t]
+    tasks = drawn + token_tasks
     table = json.loads(args.table.read_text())
     points = table_points(table, tasks)
     for text in args.variant:
@@ -211,11 +233,12 @@ def main(argv=None) -> int:
         apply_speeds(points, timed, baseline)
         timing = {"every point": f"{args.speeds}: {timed.get('settings')}, {timed.get('environment')}"}
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    add_retention(points, table, {"sentence": drawn, "token": token_tasks})
     verdicts = checks(points)
     (args.output_dir / "churn.json").write_text(json.dumps(dict(points=points, checks=verdicts, timing=timing), indent=1))
     markdown = table_markdown(points, tasks) + "\n\n" + "\n".join(f"* {line}" for line in verdicts) + "\n"
     (args.output_dir / "churn.md").write_text(markdown)
-    plot(points, tasks, args.output_dir / "churn.png")
+    plot(points, drawn, args.output_dir / "churn.png")
     print(markdown)
     return 0
 

@@ -56,6 +56,26 @@ def test_a_variant_is_drawn_at_its_rows_speed_with_its_own_tasks(script):
         script.parse_variant("consistency=mux-bert-5")
 
 
+def test_token_tasks_are_judged_and_retention_needs_every_task_of_its_group(script):
+    table = json.loads(json.dumps(TABLE))
+    for row, ner in (("bert", 20.0), ("mux-bert-5", 19.0)):
+        table["rows"][row]["scores"]["ner"] = _score(ner, None if row == "bert" else 0.12)
+    sentence, token = ["sentiment", "trec"], ["ner"]
+    points = script.table_points(table, sentence + token)
+    variant = script.variant_point("k1", "mux-bert-5", [{"rows": {"mux-bert-5": {"scores": {
+        "sentiment": _score(80.0, 0.02), "trec": _score(73.9, 0.03)}}}}], table, sentence + token)
+    script.add_retention(points + [variant], table, {"sentence": sentence, "token": token})
+    row5 = points[1]
+    assert row5["retention"] == {"sentence": pytest.approx(100.0), "token": pytest.approx(95.0)}
+    assert points[0]["retention"] == {"sentence": pytest.approx(100.0)}  # mux-bert-2 has no ner
+    assert variant["retention"] == {"sentence": pytest.approx(95.0)}  # (80 + 73.9) / (80 + 82)
+    # the most-changed task of either group decides: trec (13 %) over ner (12 %), then ner once it is worse
+    assert script.checks([row5])[0].startswith("MISSED MUX-BERT N=5: at most 13.0 %")
+    row5["tasks"]["ner"]["changed"] = 14.0
+    assert script.checks([row5])[0].startswith("MISSED MUX-BERT N=5: at most 14.0 %")
+    assert "| 95.0 % / - |" in script.table_markdown([variant], sentence + token)
+
+
 def test_cuts_change_nothing_and_are_timed_against_the_whole_encoder(script):
     points = script.cut_points(FRONTIER, ["sentiment", "trec"])
     assert {p["row"]: p["speedup"] for p in points} == {"bert": 1.0, "bert-cut1": 4.0}  # fp32 only
@@ -75,7 +95,7 @@ def test_main_writes_the_table_the_checks_and_the_plot(script, tmp_path):
     assert [p["kind"] for p in saved["points"]] == ["table", "table", "variant", "cut", "cut"]
     assert "met MUX-BERT N=2 + consistency 4: at most 4.0 %" in saved["checks"][2]
     markdown = (out / "churn.md").read_text()
-    assert "| bert-cut1 (1 layer) | 1 | 4.00x | 81.0 / 0.0 % | 84.0 / 0.0 % |" in markdown
+    assert "| bert-cut1 (1 layer) | 1 | 4.00x | 81.0 / 0.0 % | 84.0 / 0.0 % | - | - | 101.9 % / - |" in markdown
     assert (out / "churn.png").stat().st_size > 10_000
 
 
