@@ -18,6 +18,7 @@ for checkpoint in runs/consistency-rule/mux-bert-2/3-sentiment runs/consistency-
                   runs/consistency-longer/mux-bert-2/3-sentiment runs/consistency-longer/mux-bert-5/3-sentiment \
                   runs/consistency-contextual/contextual-5/3-trec \
                   runs/unmuxed-k1/mux-bert-2/3-sentiment runs/unmuxed-k1/mux-bert-5/3-sentiment \
+                  runs/unmuxed-k1/mux-bert-10/3-sentiment \
                   runs/unmuxed-k1-consistency/mux-bert-2/3-trec; do
     models+=(--model "$checkpoint")
 done
@@ -34,8 +35,10 @@ python3 benchmarks/experiments/plot_churn.py --table "$RESULTS/results.json" \
     --variant "$(variant 'consistency 4, 4,500 steps' mux-bert-2 "$RESULTS"/consistency-longer/n2-{sentiment,trec}/results.json)" \
     --variant "$(variant 'consistency 4, 4,500 steps' mux-bert-5 "$RESULTS"/consistency-longer/n5-{sentiment,trec}/results.json)" \
     --variant "$(variant 'trec with consistency 4' contextual-5 "$RESULTS"/consistency-contextual/n5-trec/results.json)" \
-    --variant "$(variant '1 unmuxed layer' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json)" \
-    --variant "$(variant '1 unmuxed layer' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json)" \
-    --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-consistency/n2-trec/results.json)" \
-    --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json "$RESULTS"/unmuxed-k1-consistency/n5-trec/results.json)" \
+    --variant "$(variant '1 unmuxed layer' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json)" \
+    --variant "$(variant '1 unmuxed layer' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json "$RESULTS"/unmuxed-k1-token/n5/results.json)" \
+    --variant "$(variant '1 unmuxed layer' mux-bert-10 "$RESULTS"/unmuxed-k1/n10/results.json "$RESULTS"/unmuxed-k1-token/n10/results.json)" \
+    --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency/n2-trec/results.json)" \
+    --variant "$(variant '1 unmuxed layer, trec with consistency 8' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency8/n2-trec/results.json)" \
+    --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json "$RESULTS"/unmuxed-k1-token/n5/results.json "$RESULTS"/unmuxed-k1-consistency/n5-trec/results.json)" \
     | tee "$OUT_DIR/log.txt"
