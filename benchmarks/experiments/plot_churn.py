@@ -18,7 +18,7 @@ table's N = 1 row, each found by the checkpoint its first task's evaluation name
 row's (right only where it changes the fine-tuning alone) and the cuts at theirs (a separate
 run). ``timing`` in the output says which. The token tasks (``--token-tasks``) are reported and
 judged beside the sentence tasks, not drawn, and each point's sentence / token retention is
-its average over the table's N = 1 row's where it has every task of the group. Writes
+its average over its family's N = 1 row's in the table where it has every task of the group. Writes
 ``churn.png`` (one panel per sentence task: speed-up against predictions changed, with the 5 % /
 10 % targets of N = 2 / 5), ``churn.md`` and ``churn.json``.
 """
