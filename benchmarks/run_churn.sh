@@ -19,6 +19,7 @@ for checkpoint in runs/consistency-rule/mux-bert-2/3-sentiment runs/consistency-
                   runs/consistency-contextual/contextual-5/3-trec \
                   runs/unmuxed-k1/mux-bert-2/3-sentiment runs/unmuxed-k1/mux-bert-5/3-sentiment \
                   runs/unmuxed-k1/mux-bert-10/3-sentiment \
+                  runs/unmuxed-k1-electra/mux-electra-2/3-sentiment runs/unmuxed-k1-electra/mux-electra-5/3-sentiment \
                   runs/unmuxed-k1-consistency/mux-bert-2/3-trec; do
     models+=(--model "$checkpoint")
 done
@@ -41,4 +42,6 @@ python3 benchmarks/experiments/plot_churn.py --table "$RESULTS/results.json" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency/n2-trec/results.json)" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 8' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency8/n2-trec/results.json)" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json "$RESULTS"/unmuxed-k1-token/n5/results.json "$RESULTS"/unmuxed-k1-consistency/n5-trec/results.json)" \
+    --variant "$(variant '1 unmuxed layer' mux-electra-2 "$RESULTS"/unmuxed-k1-electra/n2/results.json)" \
+    --variant "$(variant '1 unmuxed layer' mux-electra-5 "$RESULTS"/unmuxed-k1-electra/n5/results.json)" \
     | tee "$OUT_DIR/log.txt"
