@@ -70,12 +70,12 @@ def _task(score: dict) -> dict:
 
 def add_retention(points: list[dict], table: dict, groups: dict[str, list[str]]) -> None:
     """Each point's ``retention`` per group of tasks (``{"sentence": [...], "token": [...]}``): its
-    average score over its family's N = 1 row's on the same tasks (the ``baseline`` the table
-    names for its row, so MUX-ELECTRA against ELECTRA; else the table's first N = 1 row), where it
-    has all of them."""
+    average score over its family's N = 1 row's on the same tasks (the ``baseline_used`` the table
+    resolved for its row, so MUX-ELECTRA against ELECTRA; else the table's first N = 1 row), where
+    it has all of them."""
     first = next((row for row in table["rows"].values() if row["num_instances"] == 1), None)
     for p in points:
-        base = table["rows"].get(p["row"], {}).get("baseline")
+        base = table["rows"].get(p["row"], {}).get("baseline_used")
         reference = table["rows"].get(base, first)
         p["retention"] = {}
         for group, names in groups.items():

@@ -76,7 +76,7 @@ def test_token_tasks_are_judged_and_retention_needs_every_task_of_its_group(scri
     assert "| 95.0 % / - |" in script.table_markdown([variant], sentence + token)
     table["rows"]["electra"] = _row("ELECTRA", 1, 1.0, None)
     table["rows"]["electra"]["scores"]["sentiment"]["mean"] = 70.0
-    table["rows"]["mux-electra-2"] = dict(_row("MUX-ELECTRA N=2", 2, 2.4, 0.2), baseline="electra")
+    table["rows"]["mux-electra-2"] = dict(_row("MUX-ELECTRA N=2", 2, 2.4, 0.2), baseline_used="electra")
     electra = script.table_points(table, sentence)[-1]
     script.add_retention([electra], table, {"sentence": sentence})
     assert electra["retention"]["sentence"] == pytest.approx(100 * 162 / 152)  # against ELECTRA, not BERT
