@@ -12,6 +12,11 @@ RUNS/BASE-cutK/3-TASK (a finished stage is reused, as in the reproduction), scor
 the N = 1 row, its cuts and the family's MUX rows (the recipe's composition seeds), writes
 rows.jsonl and a plain config of the encoder's shape to OUT, and runs pareto.py on them with the
 paper's retention targets (speed: each shape with random weights, one thread, round robin).
+
+``--variant NAME=RUNS:RESULTS`` (repeatable) adds the family's MUX rows of a re-run with another
+recipe (one unmuxed layer, say) as rows ``KEY-NAME``: their fp32 scores from RESULTS, their int8
+copies scored from the checkpoints in RUNS, their shape (unmuxed layers included) timed with the
+rest. A row's tasks may come from several re-runs of one NAME (sentence and token tasks apart).
 """
 
 from __future__ import annotations
@@ -44,15 +49,43 @@ def family_rows(results: dict, base: str) -> list[str]:
     return [base, *mux]
 
 
-def entry(row: str, task: str, precision: str, num_instances: int, keep: int | None, score: dict) -> dict:
+def entry(row: str, task: str, precision: str, num_instances: int, keep: int | None, score: dict,
+          unmuxed: int = 0) -> dict:
     """A row of pareto.py's rows.jsonl from a table score (in points) or an evaluation."""
     if "summary" in score:  # an evaluation: fractions
         main = score["summary"]["main"]
         score = dict(mean=100 * main["mean"], std=100 * main["std"], metric=score["main_metric"],
                      changed_across_seeds=score["changed_across_seeds"])
-    return dict(row=row, task=task, precision=precision, num_instances=num_instances, unmuxed=0, keep=keep,
+    return dict(row=row, task=task, precision=precision, num_instances=num_instances, unmuxed=unmuxed, keep=keep,
                 metric=score["metric"], mean=score["mean"], std=score["std"],
                 changed=score["changed_across_seeds"] if num_instances > 1 else None)
+
+
+def variant_rows(specs: list[str], base: str) -> list[dict]:
+    """``NAME=RUNS:RESULTS`` specs: one dict per (variant MUX row, task) measured against ``base``,
+    with the runs folder and recipe it was trained by."""
+    from muxplm.bench.reproduce import MODELS
+
+    rows = []
+    for spec in specs:
+        name, _, where = spec.partition("=")
+        runs, _, folder = where.partition(":")
+        if not (name and runs and folder):
+            raise SystemExit(f"reproduce_frontier.py: --variant takes NAME=RUNS:RESULTS, got {spec!r}")
+        results = json.loads((Path(folder) / "results.json").read_text())
+        recipe = results["recipe"]
+        for key, row in results["rows"].items():
+            if row["num_instances"] == 1 or MODELS[key].baseline != base:
+                continue
+            if (MODELS[key].mux_type, MODELS[key].demux_type) != MAIN_MUX:
+                raise SystemExit(f"reproduce_frontier.py: {key} in {folder} is not a main MUX row: pareto.py "
+                                 f"times the Gaussian multiplexer and unbinding demultiplexer only")
+            rows += [dict(row=f"{key}-{name}", key=key, task=task, score=score, runs=runs, recipe=recipe,
+                          num_instances=row["num_instances"], unmuxed=recipe["retrieval"].get("num_unmuxed_layers", 0))
+                     for task, score in row["scores"].items()]
+    if len({(r["row"], r["task"]) for r in rows}) < len(rows):
+        raise SystemExit("reproduce_frontier.py: two --variant results score one row on the same task")
+    return rows
 
 
 def _job(kind: str, runs: str, recipe: dict, key: str, task: str, keep: int | None) -> tuple:
@@ -83,19 +116,25 @@ def check_runs_match(runs: Path, results: dict, keys: list[str]) -> None:
         raise SystemExit(f"reproduce_frontier.py: {runs} has no pre-trained {keys[0]}: run the reproduction's "
                          f"shard of that row there first")
     for key in keys:
-        for task, score in results["rows"][key]["scores"].items():
-            cached = runs / key / f"eval-{task}.json"
-            if not (runs / key / f"3-{task}" / "model.safetensors").is_file() or not cached.is_file():
-                raise SystemExit(f"reproduce_frontier.py: {runs} has no fine-tuned {key} for {task}: run the "
-                                 f"reproduction's shard of that row there first")
-            tuned = runs / key / f"3-{task}" / "train_results.json"
-            if key == keys[0] and tuned.is_file() and tuned.stat().st_mtime < pretrained.stat().st_mtime:
-                raise SystemExit(f"reproduce_frontier.py: {pretrained.parent} was trained again after {tuned.parent}: "
-                                 f"the cuts would not start from the table's pre-training")
-            mean = 100 * json.loads(cached.read_text())["summary"]["main"]["mean"]
-            if abs(mean - score["mean"]) > 1e-6:
-                raise SystemExit(f"reproduce_frontier.py: {cached} scores {mean:.4f}, the table {score['mean']:.4f}: "
-                                 f"these are not the checkpoints the results came from")
+        check_scores(runs, key, results["rows"][key]["scores"], pretrained if key == keys[0] else None)
+
+
+def check_scores(runs: Path, key: str, scores: dict, pretrained: Path | None = None) -> None:
+    """Each of the row's table scores is its cached evaluation in ``runs`` (so int8 copies are of
+    the scored checkpoints); ``pretrained``: the row's fine-tunings started from that stage."""
+    for task, score in scores.items():
+        cached = runs / key / f"eval-{task}.json"
+        if not (runs / key / f"3-{task}" / "model.safetensors").is_file() or not cached.is_file():
+            raise SystemExit(f"reproduce_frontier.py: {runs} has no fine-tuned {key} for {task}: run the "
+                             f"reproduction's shard of that row there first")
+        tuned = runs / key / f"3-{task}" / "train_results.json"
+        if pretrained and tuned.is_file() and tuned.stat().st_mtime < pretrained.stat().st_mtime:
+            raise SystemExit(f"reproduce_frontier.py: {pretrained.parent} was trained again after {tuned.parent}: "
+                             f"the cuts would not start from the table's pre-training")
+        mean = 100 * json.loads(cached.read_text())["summary"]["main"]["mean"]
+        if abs(mean - score["mean"]) > 1e-6:
+            raise SystemExit(f"reproduce_frontier.py: {cached} scores {mean:.4f}, the table {score['mean']:.4f}: "
+                             f"these are not the checkpoints the results came from")
 
 
 def plain_config(checkpoint: Path, out: Path) -> Path:
@@ -123,29 +162,40 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="trainings and evaluations at a time, one thread each")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--batches", type=int, default=3)
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=RUNS:RESULTS",
+                        help="the family's MUX rows of a re-run (its results folder, its checkpoints in RUNS), "
+                             "as rows KEY-NAME; repeatable")
     args = parser.parse_args(argv)
     runs, out = Path(args.runs), Path(args.out)
     results = json.loads((Path(args.results) / "results.json").read_text())
     recipe, keys = results["recipe"], family_rows(results, args.family)
     tasks = results["tasks"]
     check_runs_match(runs, results, keys)
+    variants = variant_rows(args.variant, args.family)
+    for v in variants:
+        check_scores(Path(v["runs"]), v["key"], {v["task"]: v["score"]})
     layers = json.loads((runs / args.family / f"3-{tasks[0]}" / "config.json").read_text())["num_hidden_layers"]
     keeps = sorted({int(k) for k in args.keep.split(",") if k}, reverse=True)
     if any(not 1 <= k < layers for k in keeps):
         raise SystemExit(f"reproduce_frontier.py: --keep takes layer counts in [1, {layers - 1}], got {args.keep}")
     entries = [entry(key, task, "fp32", results["rows"][key]["num_instances"], None, score)
                for key in keys for task, score in results["rows"][key]["scores"].items()]
-    jobs = [("cut", args.family, task, keep) for keep in keeps for task in tasks]
-    jobs += [("int8", key, task, None) for key in keys for task in tasks]
+    entries += [entry(v["row"], v["task"], "fp32", v["num_instances"], None, v["score"], v["unmuxed"])
+                for v in variants]
+    # (job, row name, N, unmuxed layers) per training or evaluation
+    jobs = [(("cut", str(runs), recipe, args.family, task, keep), None, 1, 0) for keep in keeps for task in tasks]
+    jobs += [(("int8", str(runs), recipe, key, task, None), key, results["rows"][key]["num_instances"], 0)
+             for key in keys for task in tasks]
+    jobs += [(("int8", v["runs"], v["recipe"], v["key"], v["task"], None), v["row"], v["num_instances"], v["unmuxed"])
+             for v in variants]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(_job, kind, str(runs), recipe, key, task, keep) for kind, key, task, keep in jobs]
-        for future in futures:
+        futures = [(pool.submit(_job, *job), name, num_instances, unmuxed) for job, name, num_instances, unmuxed in jobs]
+        for future, name, num_instances, unmuxed in futures:
             kind, row, task, keep, scores = future.result()
-            num_instances = results["rows"][row]["num_instances"] if kind == "int8" else 1
             precisions = ("fp32", "int8") if kind == "cut" else ("int8",)
             for precision, score in zip(precisions, scores):
-                entries.append(entry(row, task, precision, num_instances, keep, score))
-                print(f"{row} {task} {precision}: {entries[-1]['mean']:.1f}", flush=True)
+                entries.append(entry(name or row, task, precision, num_instances, keep, score, unmuxed))
+                print(f"{name or row} {task} {precision}: {entries[-1]['mean']:.1f}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "rows.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
     encoder = plain_config(runs / args.family / f"3-{tasks[0]}", out / "encoder")

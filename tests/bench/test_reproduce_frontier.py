@@ -97,3 +97,34 @@ def test_a_retrained_pretraining_and_a_converted_family_are_refused(frontier):
             script.main(args)
     finally:
         os.utime(pretrained, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+
+def test_a_variants_rows_join_with_their_own_shape_and_int8_copies(frontier, tmp_path):
+    """A re-run with one unmuxed layer (its own runs folder) joins the table's rows as mux-bert-2-k1:
+    its fp32 scores from its results, int8 copies of its checkpoints, its shape timed."""
+    _, script, args = frontier
+    k1 = {**MICRO, "retrieval": {**MICRO["retrieval"], "num_unmuxed_layers": 1}}
+    run_reproduction(tmp_path / "results", "quick", models=["mux-bert-2"], tasks=["sentiment"], seeds=2,
+                     overrides=k1, runs_dir=tmp_path / "runs", log=lambda *_: None)
+    rerun = json.loads((tmp_path / "results" / "results.json").read_text())["rows"]["mux-bert-2"]
+    out = args.index("--out") + 1
+    variant = ["--variant", f"k1={tmp_path / 'runs'}:{tmp_path / 'results'}"]
+    assert script.main([*args[:out], str(tmp_path / "out"), *args[out + 1:], *variant]) == 0
+    entries = {(e["row"], e["task"], e["precision"]): e
+               for e in map(json.loads, (tmp_path / "out" / "rows.jsonl").read_text().splitlines())}
+    assert {key for key in entries if key[0] == "mux-bert-2-k1"} == {
+        ("mux-bert-2-k1", "sentiment", "fp32"), ("mux-bert-2-k1", "sentiment", "int8")}
+    fp32, int8 = (entries["mux-bert-2-k1", "sentiment", p] for p in ("fp32", "int8"))
+    assert fp32["mean"] == rerun["scores"]["sentiment"]["mean"] and fp32["unmuxed"] == int8["unmuxed"] == 1
+    assert (tmp_path / "runs" / "mux-bert-2" / "eval-sentiment-int8.json").is_file()  # scored in its own runs
+    assert entries["mux-bert-2", "sentiment", "fp32"]["unmuxed"] == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "N2-K1-L2" in results["speeds"] and "mux-bert-2-k1 int8" in results["rows"]
+    with pytest.raises(SystemExit, match="--variant takes NAME=RUNS:RESULTS"):
+        script.main([*args, "--variant", f"k1={tmp_path / 'results'}"])
+    cached = tmp_path / "runs" / "mux-bert-2" / "eval-sentiment.json"
+    evaluation = json.loads(cached.read_text())
+    evaluation["summary"]["main"]["mean"] += 0.01  # as if retrained since the results were written
+    cached.write_text(json.dumps(evaluation))
+    with pytest.raises(SystemExit, match="not the checkpoints the results came from"):
+        script.main([*args, *variant])
