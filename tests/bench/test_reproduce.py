@@ -511,3 +511,28 @@ def test_the_paper_script_merges_the_parts_in_so_far(micro_run, tmp_path):
     shutil.rmtree(out / "parts" / "shard-0")
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 2 and "no parts under" in done.stderr
+
+
+def test_the_stable_preset_runs_one_unmuxed_layer_and_consistency_on_sentence_tasks_only(tmp_path):
+    """``--stable``: MUX rows get one unmuxed layer and composition consistency on sentence tasks;
+    token tasks and the N = 1 row (nothing to compose) train as under ``full``."""
+    # The micro recipe's values key by key, so the preset's own settings stay where it sets none.
+    micro = {}
+    for section, values in MICRO.items():
+        if isinstance(values, dict) and section != "model_overrides":
+            micro.update({f"{section}.{key}": value for key, value in values.items()})
+        else:
+            micro[section] = values
+    run_reproduction(tmp_path / "out", "stable", models=["bert", "mux-bert-2"], tasks=["sentiment", "pos"], seeds=2,
+                     overrides=micro, runs_dir=tmp_path / "runs", log=lambda *_: None)
+
+    def trained(key, task):
+        folder = tmp_path / "runs" / key / f"3-{task}"
+        return json.loads((folder / "train_config.json").read_text()), json.loads((folder / "config.json").read_text())
+
+    assert trained("mux-bert-2", "sentiment")[0]["consistency_weight"] == 4.0
+    assert trained("mux-bert-2", "pos")[0]["consistency_weight"] == 0.0
+    assert trained("bert", "sentiment")[0]["consistency_weight"] == 0.0
+    assert trained("mux-bert-2", "sentiment")[1]["num_unmuxed_layers"] == 1
+    assert trained("bert", "sentiment")[1].get("num_unmuxed_layers", 0) == 0
+    assert resolve_recipe("full")["retrieval"].get("num_unmuxed_layers") is None  # the table's rule unchanged

@@ -115,6 +115,9 @@ def register(subparsers) -> None:
     preset = rp.add_mutually_exclusive_group()
     for name, text in (("quick", "<= 30 min on a 2-core CPU (default)"), ("full", "the CPU recipe, hours"),
                        ("gpu", "the full recipe on a GPU, every fine-tuning 3x as long (4,500 steps)"),
+                       ("stable", "the full recipe with each input's first layer run on it alone and composition "
+                                  "consistency on sentence tasks: predictions that barely change with the "
+                                  "companions, at a lower speed-up"),
                        ("convert", "pretrained MiniLM converted with `muxplm convert` at N = 2, 5, 10 "
                                    "against plain MiniLM (default models of that preset)")):
         preset.add_argument(f"--{name}", dest="preset", action="store_const", const=name, help=text)

@@ -262,6 +262,10 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
     own_size = recipe.get("sizes", {}).get(model.size, {}) if model.size else {}
     settings = {**recipe["finetune"], **own_size.get("finetune", {}), **recipe.get("task_finetune", {}).get(task, {}),
                 **own_size.get("task_finetune", {}).get(task, {})}
+    if model.num_instances == 1:  # the cuts too: they fine-tune the N = 1 row's encoder
+        # One input has no composition to disagree over: the second pass would only regularise
+        # the baseline (and double its step), which the MUX rows are then measured against.
+        settings.pop("consistency_weight", None)
     if model.warm_start:  # the pretrained encoder wants a smaller step (and is slower per example)
         warm = {"lr": recipe["warm"]["finetune_lr"], "max_train_examples": recipe["warm"]["max_train_examples"]}
         settings.update({key: value for key, value in warm.items() if value is not None})  # None: keep
