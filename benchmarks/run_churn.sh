@@ -40,8 +40,11 @@ python3 benchmarks/experiments/plot_churn.py --table "$RESULTS/results.json" \
     --variant "$(variant '1 unmuxed layer' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json "$RESULTS"/unmuxed-k1-token/n5/results.json)" \
     --variant "$(variant '1 unmuxed layer' mux-bert-10 "$RESULTS"/unmuxed-k1/n10/results.json "$RESULTS"/unmuxed-k1-token/n10/results.json)" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency/n2-trec/results.json)" \
+    --variant "$(variant '1 unmuxed layer, trec with consistency 2' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency2/n2-trec/results.json)" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 8' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency8/n2-trec/results.json)" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json "$RESULTS"/unmuxed-k1-token/n5/results.json "$RESULTS"/unmuxed-k1-consistency/n5-trec/results.json)" \
-    --variant "$(variant '1 unmuxed layer' mux-electra-2 "$RESULTS"/unmuxed-k1-electra/n2/results.json)" \
-    --variant "$(variant '1 unmuxed layer' mux-electra-5 "$RESULTS"/unmuxed-k1-electra/n5/results.json)" \
+    --variant "$(variant '1 unmuxed layer' mux-electra-2 "$RESULTS"/unmuxed-k1-electra{,-token}/n2/results.json)" \
+    --variant "$(variant '1 unmuxed layer' mux-electra-5 "$RESULTS"/unmuxed-k1-electra{,-token}/n5/results.json)" \
+    --variant "$(variant '1 unmuxed layer, consistency 4' mux-electra-2 "$RESULTS"/unmuxed-k1-electra{,-token}/n2/results.json "$RESULTS"/unmuxed-k1-electra-consistency/n2/results.json)" \
+    --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-electra-5 "$RESULTS"/unmuxed-k1-electra{,-token}/n5/results.json "$RESULTS"/unmuxed-k1-electra-consistency/n5-trec/results.json)" \
     | tee "$OUT_DIR/log.txt"
