@@ -42,6 +42,7 @@ python3 benchmarks/experiments/plot_churn.py --table "$RESULTS/results.json" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency/n2-trec/results.json)" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 2' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency2/n2-trec/results.json)" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 8' mux-bert-2 "$RESULTS"/unmuxed-k1/n2/results.json "$RESULTS"/unmuxed-k1-token/n2/results.json "$RESULTS"/unmuxed-k1-consistency8/n2-trec/results.json)" \
+    --variant "$(variant '1 unmuxed layer, trec with consistency 2' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json "$RESULTS"/unmuxed-k1-token/n5/results.json "$RESULTS"/unmuxed-k1-consistency2/n5-trec/results.json)" \
     --variant "$(variant '1 unmuxed layer, trec with consistency 4' mux-bert-5 "$RESULTS"/unmuxed-k1/n5/results.json "$RESULTS"/unmuxed-k1-token/n5/results.json "$RESULTS"/unmuxed-k1-consistency/n5-trec/results.json)" \
     --variant "$(variant '1 unmuxed layer' mux-electra-2 "$RESULTS"/unmuxed-k1-electra{,-token}/n2/results.json)" \
     --variant "$(variant '1 unmuxed layer' mux-electra-5 "$RESULTS"/unmuxed-k1-electra{,-token}/n5/results.json)" \
