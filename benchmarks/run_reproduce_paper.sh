@@ -8,6 +8,7 @@
 #
 #   CODE=cc53eb0 ONLY=2,3 bash benchmarks/run_reproduce_paper.sh    # one pair of CPU shards: a session's worth
 #   MERGE=1 bash benchmarks/run_reproduce_paper.sh                  # the parts in so far, merged again
+#   CODE=4ca13c3 PRESET=stable ONLY=3,7 bash benchmarks/run_reproduce_paper.sh  # the stable recipe, a row a shard
 #
 # On a GPU the whole table is one run instead: bash benchmarks/run_reproduce_gpu.sh (the `gpu` preset).
 #
@@ -53,6 +54,13 @@ THREADS=(--threads 1)
 # timed two at a time on the 2-core CPU: tiny 0.86 / 0.47 / 0.27 / 0.20 s at N = 1 / 2 / 5 / 10,
 # small 2.6 s at N = 1; 1,500 steps a task. Estimated minutes: 120, 90 | 120, 90 | 145, 115 |
 # 145, 160 | 125, 125.
+if [ "$PRESET" = stable ]; then
+    # The stable recipe (one unmuxed layer, consistency on the sentence tasks) makes a MUX row cost
+    # 60-90 min (contextual ~120) where `full` took 25-55 (~25 core-hours in all), so one row a
+    # shard: a session runs what fits, PARALLEL at a time, and the parts accumulate.
+    SHARDS=(bert mux-bert-2 mux-bert-5 mux-bert-10 electra mux-electra-2 mux-electra-5 mux-electra-10
+            tmux-2 tmux-5 tmux-10 prefix-2 prefix-5 prefix-10 contextual-2 contextual-5 contextual-10)
+else
 SHARDS=(
     "bert,mux-bert-10"
     "mux-bert-2,mux-bert-5"
@@ -65,6 +73,7 @@ SHARDS=(
     "prefix-2,prefix-5,prefix-10"
     "contextual-2,contextual-5,contextual-10"
 )
+fi
 mkdir -p "$RUNS/logs" "$OUT/parts"
 shard() {  # trains, evaluates and times the shard's models, then keeps its results as a part
     local spec=${SHARDS[$1]} tasks=()
