@@ -8,6 +8,7 @@
 #
 #   bash benchmarks/run_reproduce_gpu.sh                       # every row of `--models paper`
 #   ROWS="bert mux-bert-2" bash benchmarks/run_reproduce_gpu.sh --set finetune.consistency_weight=4
+#   STABLE=1 bash benchmarks/run_reproduce_gpu.sh                # `--gpu --stable`, into paper-gpu-stable
 #
 # The two GPU tables committed so far ran the `full` preset with settings given by hand (before the
 # `gpu` preset was this rule); the same runs again:
@@ -21,10 +22,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRESET=${PRESET:-gpu}
+STABLE=${STABLE:+-stable}
 if [ "$PRESET" = gpu ]; then
     DEFAULT_ROWS=$(python3 -c "from muxplm.bench.reproduce import PAPER_MODELS; print(*PAPER_MODELS)")
-    DEFAULT_RUNS=runs/reproduce-paper-gpu
-    DEFAULT_RESULTS=benchmarks/results/reproduce/paper-gpu
+    DEFAULT_RUNS=runs/reproduce-paper-gpu$STABLE
+    DEFAULT_RESULTS=benchmarks/results/reproduce/paper-gpu$STABLE
 else  # the first GPU table's rows and folders
     DEFAULT_ROWS="bert-small mux-bert-small-2"
     DEFAULT_RUNS=runs/reproduce-larger-gpu
@@ -35,7 +37,7 @@ RUNS=${RUNS:-$DEFAULT_RUNS}
 RESULTS=${RESULTS:-$DEFAULT_RESULTS}
 DEVICE=${DEVICE:-cuda}
 PARALLEL=${PARALLEL:-16}  # runs at a time (the H200 machine has 16 CPU cores)
-RECIPE=(--"$PRESET" --device "$DEVICE" --threads 1 --set 'throughput.clock="wall"')
+RECIPE=(--"$PRESET" ${STABLE:+--stable} --device "$DEVICE" --threads 1 --set 'throughput.clock="wall"')
 mkdir -p "$RUNS/logs" "$RESULTS/parts"
 started="$RUNS/logs/.started"
 touch "$started"

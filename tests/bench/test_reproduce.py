@@ -159,6 +159,32 @@ def test_the_gpu_preset_is_the_full_rule_three_times_as_long():
     assert differing == {"max_steps", "eval_steps", "save_steps"}
 
 
+def test_stable_adds_the_same_levers_to_the_cpu_and_the_gpu_rule():
+    """``--stable`` is one change made to either rule: ``--gpu --stable`` is the GPU's longer
+    fine-tuning with one unmuxed layer and consistency on the sentence tasks, nothing else."""
+    from muxplm.bench.cli import _reproduction_preset
+    from muxplm.cli import build_parser
+
+    for base, stable in (("full", "stable"), ("gpu", "gpu-stable")):
+        plain, levers = resolve_recipe(base), resolve_recipe(stable)
+        assert levers["retrieval"] == {**plain["retrieval"], "num_unmuxed_layers": 1}
+        for task in ("sentiment", "trec"):
+            assert levers["task_finetune"][task] == {**plain["task_finetune"][task], "consistency_weight": 4.0}
+        assert levers["task_finetune"]["ner"] == plain["task_finetune"]["ner"]
+        assert {k: v for k, v in levers.items() if k not in ("retrieval", "task_finetune")} == \
+            {k: v for k, v in plain.items() if k not in ("retrieval", "task_finetune")}
+    assert resolve_recipe("gpu-stable")["finetune"]["max_steps"] == 4500
+
+    def preset(*flags):
+        args = build_parser().parse_args(["reproduce", *flags])
+        return _reproduction_preset(args.preset, args.stable)
+
+    assert (preset(), preset("--full"), preset("--stable"), preset("--full", "--stable"),
+            preset("--gpu", "--stable")) == ("quick", "full", "stable", "stable", "gpu-stable")
+    with pytest.raises(SystemExit, match="--stable applies to --full or --gpu, not --quick"):
+        preset("--quick", "--stable")
+
+
 def test_a_row_of_its_own_size_fine_tunes_at_that_sizes_rate(monkeypatch, tmp_path):
     """The full rule's learning rates are the tiny size's; BERT-small stays at chance with them, so a
     row of the larger size takes its size's rates (over the task's), everything else unchanged."""

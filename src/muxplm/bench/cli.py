@@ -115,12 +115,13 @@ def register(subparsers) -> None:
     preset = rp.add_mutually_exclusive_group()
     for name, text in (("quick", "<= 30 min on a 2-core CPU (default)"), ("full", "the CPU recipe, hours"),
                        ("gpu", "the full recipe on a GPU, every fine-tuning 3x as long (4,500 steps)"),
-                       ("stable", "the full recipe with each input's first layer run on it alone and composition "
-                                  "consistency on sentence tasks: predictions that barely change with the "
-                                  "companions, at a lower speed-up"),
                        ("convert", "pretrained MiniLM converted with `muxplm convert` at N = 2, 5, 10 "
                                    "against plain MiniLM (default models of that preset)")):
         preset.add_argument(f"--{name}", dest="preset", action="store_const", const=name, help=text)
+    rp.add_argument("--stable", action="store_true",
+                    help="with --full (implied) or --gpu: each input's first layer run on it alone and composition "
+                    "consistency on sentence tasks, predictions that barely change with the companions, at a lower "
+                    "speed-up")
     rp.add_argument("--output-dir", default="benchmarks/results/reproduce/run")
     rp.add_argument("--runs-dir", default=None, help="where the checkpoints go (default: OUTPUT_DIR/runs)")
     rp.add_argument("--models", type=_csv(), default=None,
@@ -139,7 +140,7 @@ def register(subparsers) -> None:
                     "by side, into --output-dir")
     rp.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); with --models and a "
                     "shared --runs-dir, shards can run side by side and a last run over all models collects them")
-    rp.set_defaults(func=_run_reproduce, preset="quick")
+    rp.set_defaults(func=_run_reproduce, preset=None)
 
 
 def _add_model_grid(parser) -> None:
@@ -295,6 +296,7 @@ def _run_reproduce(args) -> int:
         print(f"wrote the merged results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md to "
               f"{args.output_dir}")
         return 0
+    preset = _reproduction_preset(args.preset, args.stable)
     overrides = {}
     for item in args.set:
         name, sep, value = item.partition("=")
@@ -304,12 +306,24 @@ def _run_reproduce(args) -> int:
             overrides[name.strip()] = json.loads(value)
         except json.JSONDecodeError:
             overrides[name.strip()] = value
-    results = run_reproduction(args.output_dir, args.preset, models=args.models, tasks=args.tasks,
+    results = run_reproduction(args.output_dir, preset, models=args.models, tasks=args.tasks,
                                seeds=args.seeds, device=args.device, overrides=overrides,
                                runs_dir=args.runs_dir, progress=args.progress)
     print(report_text(results))
     print(f"wrote results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md to {args.output_dir}")
     return 0
+
+
+def _reproduction_preset(preset: str | None, stable: bool) -> str:
+    """The preset name for ``--quick`` / ``--full`` / ``--gpu`` / ``--convert`` and ``--stable``."""
+    from ..training.recipes import STABLE_PRESETS
+
+    if not stable:
+        return preset or "quick"
+    if (preset or "full") not in STABLE_PRESETS:
+        raise SystemExit(f"--stable applies to {' or '.join('--' + name for name in STABLE_PRESETS)}, "
+                         f"not --{preset}")
+    return STABLE_PRESETS[preset or "full"]
 
 
 def _write_json(path: str, data) -> None:

@@ -217,11 +217,22 @@ REPRODUCTION_PRESETS["gpu"].update(
 # 3.3 / 4.5 % for MUX-ELECTRA, whose N = 2 sentiment went from 5.8 to 3.7 %. The price is a layer
 # per input: 1.8x / 2.5x / 3.1x where every layer on the mixture runs at 2.3x / 5.2x / 10x (tiny
 # model, CPU). Rows with one input ignore both.
-REPRODUCTION_PRESETS["stable"] = copy.deepcopy(REPRODUCTION_PRESETS["full"])
-REPRODUCTION_PRESETS["stable"]["retrieval"]["num_unmuxed_layers"] = 1
-REPRODUCTION_PRESETS["stable"]["task_finetune"].update(
-    {task: {**REPRODUCTION_PRESETS["full"]["task_finetune"][task], "consistency_weight": CONSISTENCY_WEIGHT}
-     for task in ("sentiment", "trec")})
+# `--stable` applies to the CPU rule (``stable``) and to the GPU's three times longer one
+# (``gpu-stable``: `muxplm reproduce --gpu --stable`; not yet run on a GPU).
+
+
+def _with_stable_levers(preset: dict[str, Any]) -> dict[str, Any]:
+    stable = copy.deepcopy(preset)
+    stable["retrieval"]["num_unmuxed_layers"] = 1
+    stable["task_finetune"].update({task: {**preset["task_finetune"][task], "consistency_weight": CONSISTENCY_WEIGHT}
+                                    for task in ("sentiment", "trec")})
+    return stable
+
+
+REPRODUCTION_PRESETS["stable"] = _with_stable_levers(REPRODUCTION_PRESETS["full"])
+REPRODUCTION_PRESETS["gpu-stable"] = _with_stable_levers(REPRODUCTION_PRESETS["gpu"])
+# The preset that `--stable` makes of each base preset it applies to.
+STABLE_PRESETS = {"full": "stable", "gpu": "gpu-stable"}
 
 # --------------------------------------------------------------------------- benchmarks/experiments
 
