@@ -59,8 +59,10 @@ for key in $ROWS; do part "$key" sentiment,trec "$key-sentence" "$@"; done
 # A row's token run starts once its sentence run has begun fine-tuning, so the two never train
 # the row's pre-training stages at once (a folder left by an earlier run, with other code or
 # settings, is retrained first), or once the sentence run has ended (its status is checked below).
+# A stage trains in .NAME.training until it replaces NAME.
 for key in $ROWS; do
-    until [ "$RUNS/$key/3-sentiment" -nt "$started" ] || ! kill -0 "${first[$key]}" 2>/dev/null; do sleep 2; done
+    until [ "$RUNS/$key/.3-sentiment.training" -nt "$started" ] || [ "$RUNS/$key/3-sentiment" -nt "$started" ] \
+        || ! kill -0 "${first[$key]}" 2>/dev/null; do sleep 2; done
     part "$key" pos,ner "$key-token" "$@"
 done
 for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (set -e)

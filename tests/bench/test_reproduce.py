@@ -244,6 +244,46 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
     assert json.loads((runs / "bert" / "2-pretrain" / "train_config.json").read_text())["retrieval_loss_weight"] is None
 
 
+def test_a_stage_is_replaced_only_once_its_new_version_has_finished(micro_run, tmp_path, monkeypatch):
+    """A retrained stage trains beside the old one, which a stop midway leaves whole and reusable;
+    a finished stage keeps its final model, not its checkpoints; a stop between the two renames of
+    the swap is completed by the next run."""
+    import shutil
+
+    from muxplm.bench import reproduce
+
+    out, _ = micro_run
+    runs = tmp_path / "runs"
+    shutil.copytree(out.parent / "runs", runs)
+    assert list(runs.glob("*/*/model.safetensors")) and not list(runs.glob("*/*/checkpoint-*"))
+
+    def rerun(overrides):
+        run_reproduction(tmp_path / "out", "quick", models=["bert", "mux-bert-2"], tasks=["sentiment", "ner"],
+                         seeds=2, overrides=overrides, runs_dir=runs, log=lambda *_: None)
+
+    def stopped(config):
+        Path(config.output_dir).mkdir(parents=True)
+        (Path(config.output_dir) / "log.jsonl").write_text("{}\n")
+        raise KeyboardInterrupt
+
+    stage = runs / "mux-bert-2" / "2-pretrain"
+    before = (stage / "train_results.json").stat().st_mtime_ns
+    with monkeypatch.context() as patch:
+        patch.setattr(reproduce, "run_stage", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.5})
+    assert (runs / "mux-bert-2" / ".2-pretrain.training" / "log.jsonl").is_file()
+    assert (stage / "train_results.json").stat().st_mtime_ns == before
+    # Stopped after training, between the swap's renames: the new stage is published, not retrained.
+    ner = runs / "bert" / "3-ner"
+    trained = (ner / "train_results.json").stat().st_mtime_ns
+    ner.rename(runs / "bert" / ".3-ner.training")
+    rerun(MICRO)  # the old settings: every stage reused, the debris cleared
+    assert (stage / "train_results.json").stat().st_mtime_ns == before
+    assert (ner / "train_results.json").stat().st_mtime_ns == trained
+    assert not list(runs.glob("*/.*.training"))
+
+
 @pytest.mark.parametrize("preset", ["quick", "full", "gpu", "convert"])
 def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path, monkeypatch):
     """The recipes too long to run in the suite (the full CPU one, the GPU one) still hand every

@@ -24,7 +24,7 @@ import json
 import shutil
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import torch
 from ..configuration import preset_kwargs
 from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
+from ..training.checkpoint import checkpoint_dirs, publish
 from ..training.models import classifier_class
 from ..training.recipes import REPRODUCTION_PRESETS
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
@@ -172,13 +173,30 @@ def _finished_with(config: TrainConfig) -> bool:
     return all(saved[key] == value for key, value in wanted.items() if key not in ignored)
 
 
+def training_dir(stage_dir: str | Path) -> Path:
+    """Where a stage trains before it replaces ``stage_dir``."""
+    stage_dir = Path(stage_dir)
+    return stage_dir.with_name(f".{stage_dir.name}.training")
+
+
 def _run(config: TrainConfig) -> dict[str, Any]:
     """One stage, or its saved summary when a previous run already finished it with the same
-    settings; an unfinished stage, or one trained with another recipe, starts over."""
+    settings; an unfinished stage, or one trained with another recipe, starts over.
+
+    The new stage trains beside the one it replaces, which stays whole (and reusable by the code
+    that trained it) until the new one has finished; a finished stage keeps its final model and
+    logs but not its checkpoints, which only served a resume (~25 GB for the paper's table)."""
+    folder, training = Path(config.output_dir), training_dir(config.output_dir)
+    if not folder.exists() and (training / "train_results.json").is_file():
+        publish(training, folder)  # a run stopped between training the stage and publishing it
+    shutil.rmtree(training, ignore_errors=True)  # what a stopped run left of a replacement
     if _finished_with(config):
-        return json.loads((Path(config.output_dir) / "train_results.json").read_text())
-    shutil.rmtree(config.output_dir, ignore_errors=True)
-    return run_stage(config)
+        return json.loads((folder / "train_results.json").read_text())
+    summary = run_stage(replace(config, output_dir=str(training)))
+    for checkpoint in checkpoint_dirs(training):
+        shutil.rmtree(checkpoint)
+    publish(training, folder)
+    return summary
 
 
 def _common(recipe: dict, output_dir: Path, stage: str, seed: int, progress: bool) -> dict[str, Any]:
