@@ -61,18 +61,18 @@ if [ "$PRESET" = stable ]; then
     SHARDS=(bert mux-bert-2 mux-bert-5 mux-bert-10 electra mux-electra-2 mux-electra-5 mux-electra-10
             tmux-2 tmux-5 tmux-10 prefix-2 prefix-5 prefix-10 contextual-2 contextual-5 contextual-10)
 else
-SHARDS=(
-    "bert,mux-bert-10"
-    "mux-bert-2,mux-bert-5"
-    "electra,mux-electra-10"
-    "mux-electra-2,mux-electra-5"
-    "bert-small@sentiment,trec"
-    "tmux-2,tmux-5,tmux-10"
-    "bert-small@pos,ner"
-    "mux-bert-small-2"
-    "prefix-2,prefix-5,prefix-10"
-    "contextual-2,contextual-5,contextual-10"
-)
+    SHARDS=(
+        "bert,mux-bert-10"
+        "mux-bert-2,mux-bert-5"
+        "electra,mux-electra-10"
+        "mux-electra-2,mux-electra-5"
+        "bert-small@sentiment,trec"
+        "tmux-2,tmux-5,tmux-10"
+        "bert-small@pos,ner"
+        "mux-bert-small-2"
+        "prefix-2,prefix-5,prefix-10"
+        "contextual-2,contextual-5,contextual-10"
+    )
 fi
 mkdir -p "$RUNS/logs" "$OUT/parts"
 shard() {  # trains, evaluates and times the shard's models, then keeps its results as a part
