@@ -55,9 +55,9 @@ THREADS=(--threads 1)
 # small 2.6 s at N = 1; 1,500 steps a task. Estimated minutes: 120, 90 | 120, 90 | 145, 115 |
 # 145, 160 | 125, 125.
 if [ "$PRESET" = stable ]; then
-    # The stable recipe (one unmuxed layer, consistency on the sentence tasks) makes a MUX row cost
-    # 60-90 min (contextual ~120) where `full` took 25-55 (~25 core-hours in all), so one row a
-    # shard: a session runs what fits, PARALLEL at a time, and the parts accumulate.
+    # One row a shard: a session runs what fits, PARALLEL at a time, and the parts accumulate.
+    # MUX-BERT / MUX-ELECTRA at N = 2 / 5 / 10 took 31-41 min of training each (two side by side,
+    # 2026-11-28); the N = 1 rows are as under `full` (the levers do not apply to them).
     SHARDS=(bert mux-bert-2 mux-bert-5 mux-bert-10 electra mux-electra-2 mux-electra-5 mux-electra-10
             tmux-2 tmux-5 tmux-10 prefix-2 prefix-5 prefix-10 contextual-2 contextual-5 contextual-10)
 else
