@@ -20,6 +20,7 @@
 # 'task_finetune.ner={"lr": 5e-4}'`; it is now the presets' `sizes.small`.)
 # A check without a GPU: DEVICE=cpu ... --set finetune.max_steps=6 (and other small settings).
 set -euo pipefail
+{  # parsed whole before it runs, so an edit of this file during a run cannot change the run
 cd "$(dirname "$0")/.."
 PRESET=${PRESET:-gpu}
 STABLE=${STABLE:+-stable}
@@ -76,3 +77,5 @@ for name in "${names[@]}"; do
 done
 python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "$RESULTS/length-grid" > /dev/null
 python3 -m muxplm reproduce --merge "${parts[@]}" --output-dir "$RESULTS" | tee "$RESULTS/log.txt"
+exit
+}
