@@ -20,6 +20,7 @@
 # (the merge checks both ended the same). A shard cut short loses only its unfinished stage: run the
 # same command again.
 set -euo pipefail
+{  # parsed whole before it runs, so an edit of this file during a run cannot change the run
 cd "$(dirname "$0")/.."
 PRESET=${PRESET:-full}
 RUNS=${RUNS:-runs/reproduce-paper-$PRESET}
@@ -115,3 +116,5 @@ merge
 for key in bert mux-bert-2 mux-bert-5 mux-bert-10; do [ -d "$RUNS/$key/2-pretrain" ] || exit 0; done
 muxplm analyze muxology "$RUNS/bert/2-pretrain" "$RUNS/mux-bert-2/2-pretrain" "$RUNS/mux-bert-5/2-pretrain" \
     "$RUNS/mux-bert-10/2-pretrain" --num-sentences 200 --max-length 48 --output "$OUT/muxology.json"
+exit
+}
