@@ -30,8 +30,8 @@ if [ "$PRESET" = gpu ]; then
     DEFAULT_RESULTS=benchmarks/results/reproduce/paper-gpu$STABLE
 else  # the first GPU table's rows and folders
     DEFAULT_ROWS="bert-small mux-bert-small-2"
-    DEFAULT_RUNS=runs/reproduce-larger-gpu
-    DEFAULT_RESULTS=benchmarks/results/reproduce/paper-full/larger-gpu
+    DEFAULT_RUNS=runs/reproduce-larger-gpu$STABLE
+    DEFAULT_RESULTS=benchmarks/results/reproduce/paper-full/larger-gpu$STABLE
 fi
 ROWS=${ROWS:-$DEFAULT_ROWS}
 RUNS=${RUNS:-$DEFAULT_RUNS}
@@ -76,6 +76,8 @@ for name in "${names[@]}"; do
     parts+=("$RESULTS/parts/$name")
 done
 python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "$RESULTS/length-grid" > /dev/null
-python3 -m muxplm reproduce --merge "${parts[@]}" --output-dir "$RESULTS" | tee "$RESULTS/log.txt"
+log=$(mktemp)  # replaces the committed log only when the merge has succeeded
+python3 -m muxplm reproduce --merge "${parts[@]}" --output-dir "$RESULTS" | tee "$log"
+mv "$log" "$RESULTS/log.txt"
 exit
 }

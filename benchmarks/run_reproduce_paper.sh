@@ -35,8 +35,11 @@ merge() {  # with this checkout's code, whatever commit trained the parts
     shopt -s nullglob
     local parts=("$OUT"/parts/*/)
     [ "${#parts[@]}" -gt 0 ] || { echo "no parts under $OUT/parts to merge" >&2; exit 2; }
+    local log
+    log=$(mktemp)  # replaces the committed log only when the merge has succeeded
     PYTHONPATH="$CHECKOUT_PYTHONPATH" python3 -m muxplm reproduce --merge "${parts[@]}" --threads 1 \
-        --output-dir "$OUT" | tee "$OUT/log.txt"
+        --output-dir "$OUT" | tee "$log"
+    mv "$log" "$OUT/log.txt"
 }
 if [ -n "${MERGE:-}" ]; then
     merge
@@ -51,10 +54,11 @@ if [ -n "$CODE" ]; then
         || { echo "run_reproduce_paper.sh: muxplm is not imported from $SRC" >&2; exit 1; }
 fi
 THREADS=(--threads 1)
-# Pairs of shards of about equal cost, each pair side by side in one session. Fine-tuning steps
-# timed two at a time on the 2-core CPU: tiny 0.86 / 0.47 / 0.27 / 0.20 s at N = 1 / 2 / 5 / 10,
-# small 2.6 s at N = 1; 1,500 steps a task. Estimated minutes: 120, 90 | 120, 90 | 145, 115 |
-# 145, 160 | 125, 125.
+# Pairs of shards of about equal cost, each pair side by side in one session: 0,1 | 2,3 | 4,6 |
+# 5,7 | 8,9 (the larger size's N = 1 row is shards 4 and 6: the merge refuses it while one half is
+# missing). Fine-tuning steps timed two at a time on the 2-core CPU: tiny 0.86 / 0.47 / 0.27 /
+# 0.20 s at N = 1 / 2 / 5 / 10, small 2.6 s at N = 1; 1,500 steps a task. Estimated minutes:
+# 120, 90 | 120, 90 | 145, 145 | 115, 160 | 125, 125.
 if [ "$PRESET" = stable ]; then
     # One row a shard: a session runs what fits, PARALLEL at a time, and the parts accumulate.
     # MUX-BERT / MUX-ELECTRA at N = 2 / 5 / 10 took 31-41 min of training each (two side by side,
@@ -93,10 +97,14 @@ if [ -n "$ONLY" ]; then
 else
     WANTED=("${!SHARDS[@]}")
 fi
+# A failed shard stops the script (set -e at `wait -n`) and, through this trap, the shards still
+# training: each shard is a subshell whose training process is its child.
+stop_shards() { for pid in $(jobs -p); do pkill -TERM -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done; true; }
+trap stop_shards EXIT
 running=0
 for index in "${WANTED[@]}"; do
     if [ "$running" -ge "$PARALLEL" ]; then
-        wait -n  # a failed shard stops the script (set -e)
+        wait -n
         running=$((running - 1))
     fi
     shard "$index" &
@@ -106,6 +114,7 @@ while [ "$running" -gt 0 ]; do
     wait -n
     running=$((running - 1))
 done
+trap - EXIT
 # Every row's dev curve over its fine-tuning (this session's rows) first: the merge refuses a row
 # with a task missing, as the larger size's N = 1 row is until both of its shards are in.
 GRID="$OUT/length-grid/shards-${ONLY//,/-}"

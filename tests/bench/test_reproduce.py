@@ -574,6 +574,11 @@ def test_the_paper_script_merges_the_parts_in_so_far(micro_run, tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "results.json").read_text())["models"] == ["bert", "mux-bert-2"]
     assert "MUX-BERT N=2" in (out / "table.md").read_text() and "Verdict" in (out / "log.txt").read_text()
+    # A merge that fails (here a part without results) leaves the last merge's log as it was.
+    (out / "parts" / "shard-1").mkdir()
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode != 0 and "Verdict" in (out / "log.txt").read_text()
+    shutil.rmtree(out / "parts" / "shard-1")
     shutil.rmtree(out / "parts" / "shard-0")
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 2 and "no parts under" in done.stderr
