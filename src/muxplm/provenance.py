@@ -36,3 +36,17 @@ def code_version() -> dict[str, str | bool | None]:
 
     return dict(muxplm=__version__, source_hash=source_hash(), git_commit=git("rev-parse", "HEAD"),
                 git_dirty=bool(git("status", "--porcelain", "--untracked-files=no")))
+
+
+def folder_hash(folder: str | Path) -> str:
+    """SHA-256 over every file under ``folder`` (relative paths and contents, in order): which
+    encoder a warm start read, wherever it is installed."""
+    folder = Path(folder)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + b"\0")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()

@@ -47,6 +47,13 @@ def test_micro_run_writes_every_output(micro_run):
     # MUX-BERT N=2 is in the quick recipe's ensemble list: its ensembled score is recorded.
     assert results["evaluations"]["mux-bert-2"]["sentiment"]["ensemble"] is not None
     assert "MUX-BERT N=2" in (out / "ensemble.md").read_text()
+    # Every stage names the code that trained it: the package's source hash and the commit.
+    from muxplm.provenance import git, source_hash
+
+    stages = [stage for key in saved["models"] for name, stage in saved["training"][key].items() if name != "wall_seconds"]
+    assert set(saved["training"]["mux-bert-2"]) >= {"retrieval", "mlm", "finetune-sentiment", "finetune-ner"}
+    assert stages and all(stage["code"]["source_hash"] == source_hash() for stage in stages)
+    assert all(stage["code"]["git_commit"] == git("rev-parse", "HEAD") for stage in stages)
 
 
 def test_micro_table_has_table1_shape(micro_run):
@@ -393,6 +400,42 @@ def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path)
     assert not _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
     (folder / "train_results.json").write_text("{}")  # trained before the code was recorded
     assert not _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
+
+
+def test_a_warm_started_stage_is_reused_only_from_the_same_encoder_files(tmp_path):
+    """Two encoders with one config and folder name but other weights are other starting points;
+    a stage that was trained from one is retrained for the other, wherever each is installed."""
+    from transformers import BertConfig
+
+    from muxplm.bench.reproduce import _finished_with
+    from muxplm.provenance import folder_hash, source_hash
+    from muxplm.training import TrainConfig
+    from muxplm.training.stages import resolved_config
+
+    encoders = []
+    for place, weights in (("a", b"one"), ("b", b"two")):
+        encoder = tmp_path / place / "encoder"
+        BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64).save_pretrained(encoder)
+        (encoder / "model.safetensors").write_bytes(weights)
+        encoders.append(encoder)
+    folder = tmp_path / "stage"
+    folder.mkdir()
+
+    def asked(encoder):
+        return TrainConfig(output_dir=str(folder), stage="retrieval", init_encoder=str(encoder), num_instances=2,
+                           lr=0.5, max_steps=3, batch_size=4)
+
+    (folder / "train_config.json").write_text(json.dumps(resolved_config(asked(encoders[0])).to_dict()))
+    summary = {"code": {"source_hash": source_hash()}, "init_encoder_sha256": folder_hash(encoders[0])}
+    (folder / "train_results.json").write_text(json.dumps(summary))
+    assert _finished_with(asked(encoders[0]))
+    assert not _finished_with(asked(encoders[1]))  # the same config.json, other weights
+    (encoders[0] / "model.safetensors").write_bytes(b"changed")
+    assert not _finished_with(asked(encoders[0]))
+    # A stage that did not start from an encoder is not one that did.
+    fresh = TrainConfig(output_dir=str(folder), stage="retrieval", preset="tiny", num_instances=2, lr=0.5, max_steps=3,
+                        batch_size=4)
+    assert not _finished_with(fresh)
 
 
 def test_the_paper_group_names_every_system_at_every_n():

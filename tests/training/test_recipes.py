@@ -57,3 +57,30 @@ def test_the_sweeps_read_the_registry(tmp_path, monkeypatch):
     assert "--lr=0.0003" in jobs["plain/trec"] and "--num-epochs=7.00" in jobs["plain/trec"]
     assert "--num-epochs=14.00" in jobs["n2-k0/trec"]  # N x the N = 1 row's epochs (K = 0 at N = 2)
     assert "--batch-groups=8" in jobs["n2-k0/convert"] and "--encoder-lr=0.0001" in jobs["n2-k0/convert"]
+
+
+def test_the_demo_and_the_reproduction_take_every_stage_setting_from_the_registry(tmp_path, monkeypatch):
+    """The warm-up and the MUX models' retrieval loss are the recipes' (the demo gives the plain
+    model none: it has nothing to retrieve)."""
+    monkeypatch.setitem(recipes.DEMO_QUICK, "warmup_ratio", 0.3)
+    monkeypatch.setitem(recipes.DEMO_QUICK, "mlm", {**recipes.DEMO_QUICK["mlm"], "retrieval_loss_weight": 0.4})
+    trained = []
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+
+    monkeypatch.setattr(demo, "run_stage", lambda config: trained.append(config) or {})
+    monkeypatch.setattr(demo, "evaluate_checkpoint", lambda *args, **kwargs: {})
+    monkeypatch.setattr(demo, "_throughput_side_by_side", stop)
+    with pytest.raises(Stop):
+        demo.run_demo(tmp_path, quick=True, progress=False)
+    mlm = {config.num_instances or 2: config for config in trained if config.stage == "mlm"}
+    assert mlm[1].retrieval_loss_weight is None and mlm[2].retrieval_loss_weight == 0.4
+    assert {config.warmup_ratio for config in trained} == {0.3}
+
+    monkeypatch.setitem(recipes.REPRODUCTION_PRESETS["full"], "warmup_ratio", 0.2)
+    recipe = reproduce.resolve_recipe("full")
+    assert reproduce._common(recipe, tmp_path, "finetune", 0, False)["warmup_ratio"] == 0.2

@@ -137,8 +137,8 @@ TMUX_GAP_TARGET = 10.0
 
 
 # Settings that do not change what a stage learns. The starting checkpoint is compared by its
-# model and stage folder (so a moved runs dir still matches) and by its freshness; the packaged
-# MiniLM's path depends on the environment.
+# model and stage folder (so a moved runs dir still matches) and by its freshness; a plain
+# encoder to warm-start from by its files (the packaged MiniLM's path depends on the environment).
 _BOOKKEEPING = frozenset({"output_dir", "eval_steps", "save_steps", "logging_steps", "save_total_limit",
                           "resume", "progress", "init", "init_encoder", "report_to", "dataloader_workers"})
 
@@ -147,8 +147,9 @@ def _finished_with(config: TrainConfig) -> bool:
     """Whether ``config.output_dir`` holds a finished stage that the code of this package (its
     source hash) trained with exactly these settings, resolved as a run would resolve them, from
     the current version of its ``init`` checkpoint (a stage retrained upstream makes everything
-    after it stale). A stage from other code, or with any other setting, is retrained."""
-    from ..provenance import source_hash
+    after it stale) or the same files of its ``init_encoder``. A stage from other code, or with
+    any other setting, is retrained."""
+    from ..provenance import folder_hash, source_hash
     from ..training.stages import resolved_config
 
     folder = Path(config.output_dir)
@@ -163,6 +164,9 @@ def _finished_with(config: TrainConfig) -> bool:
         return False
     saved = json.loads((folder / "train_config.json").read_text())
     if config.init and Path(saved.get("init") or "").parts[-2:] != Path(config.init).parts[-2:]:
+        return False
+    if bool(saved.get("init_encoder")) != bool(config.init_encoder) or \
+            (config.init_encoder and summary.get("init_encoder_sha256") != folder_hash(config.init_encoder)):
         return False
     wanted = json.loads(json.dumps(resolved_config(config).to_dict(), default=str))
     ignored = _BOOKKEEPING
@@ -201,7 +205,7 @@ def _run(config: TrainConfig) -> dict[str, Any]:
 
 def _common(recipe: dict, output_dir: Path, stage: str, seed: int, progress: bool) -> dict[str, Any]:
     return dict(stage=stage, output_dir=str(output_dir), seed=seed, max_length=recipe["max_length"],
-                mixed_precision=recipe["mixed_precision"], warmup_ratio=0.1, logging_steps=20,
+                mixed_precision=recipe["mixed_precision"], warmup_ratio=recipe["warmup_ratio"], logging_steps=20,
                 eval_steps=10**9, save_steps=10**9, save_total_limit=1, progress=progress)
 
 

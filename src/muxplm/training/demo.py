@@ -28,7 +28,7 @@ def _stage(recipe: dict, stage: str, output_dir: Path, seed: int, progress: bool
     section = "finetune" if stage == "finetune" else ("retrieval" if stage == "retrieval" else "mlm")
     values = dict(
         stage=stage, output_dir=str(output_dir), seed=seed, max_length=recipe["max_length"],
-        warmup_ratio=0.1, logging_steps=10, save_total_limit=1, progress=progress,
+        warmup_ratio=recipe["warmup_ratio"], logging_steps=10, save_total_limit=1, progress=progress,
         corpus_max_words=recipe["corpus_max_words"], corpus_sources=recipe["corpus_sources"],
     )
     values.update(recipe[section])  # a stage may set its own max_length
@@ -57,9 +57,9 @@ def run_demo(output_dir: str | Path = "runs/demo", quick: bool = False, seed: in
         if n > 1:
             log["retrieval"] = _stage(recipe, "retrieval", tag / "1-retrieval", seed, progress,
                                       num_instances=n, **fresh)
-            mlm_init = dict(init=str(tag / "1-retrieval"), retrieval_loss_weight=0.2)
-        else:
-            mlm_init = dict(num_instances=1, **fresh)
+            mlm_init = dict(init=str(tag / "1-retrieval"))
+        else:  # a plain model has nothing to retrieve
+            mlm_init = dict(num_instances=1, retrieval_loss_weight=None, **fresh)
         log["mlm"] = _stage(recipe, "mlm", tag / "2-mlm", seed, progress, **mlm_init)
         log["finetune"] = _stage(recipe, "finetune", tag / f"3-{task}", seed, progress,
                                  init=str(tag / "2-mlm"), task=task)

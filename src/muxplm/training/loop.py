@@ -27,7 +27,7 @@ from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, gather_object
 from transformers import get_linear_schedule_with_warmup
 
-from ..provenance import code_version
+from ..provenance import code_version, folder_hash
 from . import checkpoint as ckpt
 from .batches import ShardedBatches, micro_batch_loader
 from .config import TrainConfig
@@ -408,6 +408,8 @@ class _Loop:
             "first_batch_ids_per_rank": first_ids, "weight_sum_per_rank": weight_sums,
             "code": code_version(), **(run.summary or {}),
         }
+        if self.config.init_encoder:  # the warm start's weights, whatever folder held them
+            summary["init_encoder_sha256"] = folder_hash(self.config.init_encoder)
         best = ckpt.best_checkpoint(self.output_dir)
         if best is not None:
             best_state = ckpt.read_state(best)

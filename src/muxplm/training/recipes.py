@@ -2,8 +2,9 @@
 defaults (the paper's and the tiny CPU ones), the conversion of a pretrained encoder, the demo,
 the reproduction presets, and the settings the benchmark sweeps share. Each keeps, beside its
 numbers, the measurements that chose them. The modules that run them (``config``, ``convert``,
-``demo``, ``muxplm.bench.reproduce``, and the sweeps under ``benchmarks/experiments``) read them
-from here; nothing else holds recipe values.
+``demo``, ``muxplm.bench.reproduce``) read them from here. The experiment grids under
+``benchmarks/experiments`` read their shared settings from here too; the settings a grid varies
+are its own (they are what it measures).
 """
 
 from __future__ import annotations
@@ -88,10 +89,13 @@ GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
 # in-batch softmax; benchmarks/results/curves/priming); MUX pre-training keeps the auxiliary
 # retrieval loss (r = 0.2): without it the short MLM stage undid the priming and fine-tuning
 # stayed at chance (51 % vs 77 % on sentiment at N = 2).
+# Every stage warms up over its first tenth. The MLM section's retrieval loss applies to MUX models
+# only (a plain model has nothing to retrieve).
 DEMO_FULL = dict(
     model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None, instances=(1, 2, 5),
+    warmup_ratio=0.1,
     retrieval=dict(max_steps=200, lr=1e-3, batch_groups=32, max_length=32, retrieval_softmax="in_batch"),
-    mlm=dict(max_steps=150, lr=5e-4, batch_size=32),
+    mlm=dict(max_steps=150, lr=5e-4, batch_size=32, retrieval_loss_weight=0.2),
     # Without the recipe's composition consistency: it doubles the cost of a MUX fine-tuning
     # step (+9 min here); it is worth a point of accuracy and 8-10 points fewer predictions
     # changed by the composition (docs/training.md).
@@ -103,9 +107,9 @@ DEMO_FULL = dict(
 )
 DEMO_QUICK = dict(
     model_overrides=dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128),
-    max_length=32, corpus_max_words=20_000, corpus_sources=["moby_dick"], instances=(1, 2),
+    max_length=32, corpus_max_words=20_000, corpus_sources=["moby_dick"], instances=(1, 2), warmup_ratio=0.1,
     retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
-    mlm=dict(max_steps=20, lr=1e-3, batch_size=16),
+    mlm=dict(max_steps=20, lr=1e-3, batch_size=16, retrieval_loss_weight=0.2),
     finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=800, max_eval_examples=200, min_steps=1,
                   consistency_weight=0.0),
     seeds=2, throughput=dict(batch_size=64, seq_length=32, num_batches=5, trials=2),
@@ -117,13 +121,15 @@ DEMO_QUICK = dict(
 _TINY_2L = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, intermediate_size=512)
 
 # `muxplm bench reproduce --preset NAME`. Every model of a run shares the same budget; MiniLM rows use
-# the same steps at the warm-start learning rates. ``quick``: <= 30 min on the 2-core CPU machine;
+# the same steps at the warm-start learning rates. Every stage warms up over its first tenth
+# (``warmup_ratio``; the conversion keeps its own ramp, CONVERT_RECIPE). ``quick``: <= 30 min on the 2-core CPU machine;
 # ``full``: the tiny preset, about 11 h there for the paper's 19 rows (two one-thread shards side by
 # side; benchmarks/run_reproduce_paper.sh runs a pair a session); ``gpu``: the full rule on a GPU with
 # a three times longer fine-tuning (below).
 REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
     "quick": dict(
-        preset="tiny", model_overrides=_TINY_2L, max_length=32, corpus_max_words=60_000, corpus_sources=None,
+        preset="tiny", model_overrides=_TINY_2L, max_length=32, warmup_ratio=0.1, corpus_max_words=60_000,
+        corpus_sources=None,
         retrieval=dict(max_steps=30, lr=2e-3, batch_size=16),
         pretrain=dict(max_steps=50, lr=1e-3, batch_size=16, retrieval_loss_weight=0.2),
         finetune=dict(num_epochs=1.0, lr=1e-3, batch_size=16, max_train_examples=640, max_eval_examples=200),
@@ -137,8 +143,8 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
     # a step (batch = 32 x N instances), the in-batch softmax and 32-token blocks take held-out
     # retrieval accuracy at N = 10 from 10 % to 59 % in 300 steps; 400 steps here.
     "full": dict(
-        preset="tiny", model_overrides={"retrieval_softmax": "in_batch"}, max_length=48, corpus_max_words=400_000,
-        corpus_sources=None,
+        preset="tiny", model_overrides={"retrieval_softmax": "in_batch"}, max_length=48, warmup_ratio=0.1,
+        corpus_max_words=400_000, corpus_sources=None,
         retrieval=dict(max_steps=400, lr=1e-3, batch_groups=32, max_length=32),
         pretrain=dict(max_steps=250, lr=5e-4, batch_size=32, retrieval_loss_weight=0.2),
         # One rule for every row's fine-tuning, N = 1 included: the same 1,500 steps of 32 examples
@@ -178,7 +184,8 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
     # (the same for every row: benchmarks/results/convert-stack20 shows that longer fine-tuning lifts
     # the plain and cut rows as much as the multiplexed ones).
     "convert": dict(
-        preset="tiny", model_overrides={}, max_length=48, corpus_max_words=400_000, corpus_sources=None,
+        preset="tiny", model_overrides={}, max_length=48, warmup_ratio=0.1, corpus_max_words=400_000,
+        corpus_sources=None,
         retrieval=dict(), pretrain=dict(),
         convert=dict(),  # the conversion recipe (CONVERT_RECIPE above) unchanged
         finetune=dict(num_epochs=20.0, min_steps=1, lr=2e-4, encoder_lr=5e-5, batch_size=32, max_train_examples=2000,
