@@ -118,7 +118,7 @@ def test_prefix_demux_lengthens_the_encoder_input_and_rsa_does_not():
     assert all(h.shape[1] == 9 + 2 for h in prefix.hidden_states)
 
 
-@pytest.mark.parametrize("mux", ["gaussian_hadamard", "binary_hadamard", "random_ortho", "contextual"])
+@pytest.mark.parametrize("mux", ["gaussian_hadamard", "binary_hadamard", "random_ortho", "contextual", "adapter"])
 def test_masked_positions_do_not_leak_into_real_ones(mux):
     """A position no instance of the group uses is masked in the encoder: changing the
     token there changes nothing; nor does a companion's padding at a position the other
