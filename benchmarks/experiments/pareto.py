@@ -231,6 +231,8 @@ def plot(rows: dict[str, dict], path: Path, name: str = "MiniLM") -> None:
     colors = {1: "black", 2: "tab:blue", 5: "tab:orange", 10: "tab:green"}
     layers = max(r["layers"] for r in rows.values())
     groups = [g for g in ("sentence", "token") if any(r[f"{g}_avg"] is not None for r in rows.values())]
+    if not groups:  # an average needs both tasks of its group
+        raise SystemExit("pareto.py: no row has both sentence tasks (sentiment, trec) or both token tasks (pos, ner)")
     fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), 5.5), squeeze=False)
     for ax, group in zip(axes[0], groups):
         for precision, style in (("fp32", "-"), ("int8", "--"), ("onnx-fp32", ":"), ("onnx-int8", "-.")):

@@ -178,13 +178,17 @@ def main(argv=None) -> int:
     keeps = sorted({int(k) for k in args.keep.split(",") if k}, reverse=True)
     if any(not 1 <= k < layers for k in keeps):
         raise SystemExit(f"reproduce_frontier.py: --keep takes layer counts in [1, {layers - 1}], got {args.keep}")
-    entries = [entry(key, task, "fp32", results["rows"][key]["num_instances"], None, score)
+    # The table's MUX rows run as many layers per input as its recipe primed them with (the
+    # stable preset's one), which is the shape pareto.py times.
+    unmuxed = {key: recipe["retrieval"].get("num_unmuxed_layers", 0) if results["rows"][key]["num_instances"] > 1 else 0
+               for key in keys}
+    entries = [entry(key, task, "fp32", results["rows"][key]["num_instances"], None, score, unmuxed[key])
                for key in keys for task, score in results["rows"][key]["scores"].items()]
     entries += [entry(v["row"], v["task"], "fp32", v["num_instances"], None, v["score"], v["unmuxed"])
                 for v in variants]
     # (job, row name, N, unmuxed layers) per training or evaluation
     jobs = [(("cut", str(runs), recipe, args.family, task, keep), None, 1, 0) for keep in keeps for task in tasks]
-    jobs += [(("int8", str(runs), recipe, key, task, None), key, results["rows"][key]["num_instances"], 0)
+    jobs += [(("int8", str(runs), recipe, key, task, None), key, results["rows"][key]["num_instances"], unmuxed[key])
              for key in keys for task in tasks]
     jobs += [(("int8", v["runs"], v["recipe"], v["key"], v["task"], None), v["row"], v["num_instances"], v["unmuxed"])
              for v in variants]

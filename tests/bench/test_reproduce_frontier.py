@@ -128,3 +128,18 @@ def test_a_variants_rows_join_with_their_own_shape_and_int8_copies(frontier, tmp
     cached.write_text(json.dumps(evaluation))
     with pytest.raises(SystemExit, match="not the checkpoints the results came from"):
         script.main([*args, *variant])
+
+
+def test_a_table_trained_with_unmuxed_layers_is_timed_at_its_shape(frontier, tmp_path):
+    """A table whose recipe runs a layer per input (the stable preset) has its MUX rows timed with
+    that layer, in fp32 and int8, not as rows with every layer on the mixture."""
+    _, script, _ = frontier
+    k1 = {**MICRO, "retrieval": {**MICRO["retrieval"], "num_unmuxed_layers": 1}}
+    run_reproduction(tmp_path / "results", "quick", models=["bert", "mux-bert-2"], tasks=["sentiment", "trec"], seeds=2,
+                     overrides=k1, runs_dir=tmp_path / "runs", log=lambda *_: None)
+    assert script.main(["--runs", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--keep", "1",
+                        "--out", str(tmp_path / "out"), "--jobs", "1", "--trials", "1", "--batches", "1"]) == 0
+    entries = [json.loads(line) for line in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()]
+    assert {e["unmuxed"] for e in entries if e["row"] == "mux-bert-2"} == {1}
+    assert {e["unmuxed"] for e in entries if e["row"] != "mux-bert-2"} == {0}
+    assert "N2-K1-L2" in json.loads((tmp_path / "out" / "results.json").read_text())["speeds"]
