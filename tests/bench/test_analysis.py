@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from muxplm import MuxBertConfig, MuxBertForSequenceClassification
+from muxplm import MuxBertConfig, MuxBertForSequenceClassification, MuxBertModel
 from muxplm.bench.analysis import (
     ensemble_table,
     load_records,
@@ -140,10 +140,23 @@ def test_muxology_on_fresh_and_saved_mux_models(tmp_path, tokenizer):
     assert (tmp_path / "m.png").stat().st_size > 1000
 
     sdpa = MuxBertConfig(**SMALL, num_instances=2)
-    from muxplm import MuxBertModel
-
     with pytest.raises(ValueError, match="eager"):
         muxology([("sdpa", MuxBertModel(sdpa))], SENTENCES, tokenizer=tokenizer)
+
+
+def test_muxology_of_a_model_with_unmuxed_layers_reads_each_layer_on_what_it_saw(tokenizer):
+    """A layer run on each instance alone is measured on the instances' own positions, so its
+    statistics do not depend on which inputs share a mixture; the layers after it do."""
+    torch.manual_seed(0)
+    model = MuxBertModel(MuxBertConfig(**SMALL, num_instances=2, num_unmuxed_layers=1, attn_implementation="eager"))
+    model.eval()
+    shifted = SENTENCES[1:] + SENTENCES[:1]  # other pairs in the mixtures
+    a, b = (muxology([("k1", model)], sentences, tokenizer=tokenizer, max_length=16, batch_size=len(SENTENCES))
+            ["models"][0] for sentences in (SENTENCES, shifted))
+    assert len(a["attention_entropy"]) == len(a["mean_abs_activation"]) == SMALL["num_hidden_layers"]
+    assert a["mean_abs_activation"][0] == pytest.approx(b["mean_abs_activation"][0], rel=1e-5)
+    assert a["attention_entropy"][0] == pytest.approx(b["attention_entropy"][0], rel=1e-5)
+    assert a["mean_abs_activation"][1] != pytest.approx(b["mean_abs_activation"][1], rel=1e-5)
 
 
 def test_read_sentences_from_files(tmp_path):

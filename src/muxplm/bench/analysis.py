@@ -237,18 +237,20 @@ def muxology_models(paths: list[str], preset: str = "tiny", instances=(1, 2, 5, 
     return models
 
 
-def _encoder_states(model, batch: dict) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-    """Every encoder layer's output and the mask of real positions of the sequences the
-    encoder actually saw (the multiplexed ones for a MUX model)."""
-    if hasattr(model, "multiplex"):
-        state = model.multiplex(batch["input_ids"], batch["attention_mask"], output_hidden_states=True)
-        n = state.plan.num_instances
-        mask = state.slot_mask.view(-1, n, state.slot_mask.shape[-1]).any(dim=1)
-        prefix = state.muxed.shape[1] - mask.shape[1]
-        mask = torch.nn.functional.pad(mask, (prefix, 0), value=True)
-        return state.hidden_states[1:], mask
-    output = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
-    return output.hidden_states[1:], batch["attention_mask"].bool()
+def _real_positions(model, batch: dict) -> list[torch.Tensor]:
+    """Runs the encoder on ``batch`` and returns, per encoder layer, the mask of real positions
+    of the sequences that layer saw: each instance's own for a plain model and for a MUX
+    model's unmuxed layers, the multiplexed groups' (a position any instance uses) after them."""
+    if not hasattr(model, "multiplex"):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        return [batch["attention_mask"].bool()] * len(model.encoder.layer)
+    state = model.multiplex(batch["input_ids"], batch["attention_mask"])
+    n, slots = state.plan.num_instances, state.slot_mask
+    prefix = state.muxed.shape[1] - slots.shape[1]
+    own = torch.nn.functional.pad(slots, (prefix, 0), value=True) & slots.any(dim=1, keepdim=True)
+    mixed = torch.nn.functional.pad(slots.view(-1, n, slots.shape[-1]).any(dim=1), (prefix, 0), value=True)
+    unmuxed = model.config.num_unmuxed_layers or 0
+    return [own if i < unmuxed else mixed for i in range(len(model.encoder.layer))]
 
 
 @torch.inference_mode()
@@ -273,10 +275,18 @@ def muxology(models, sentences: list[str], tokenizer=None, max_length: int = 64,
         layers = model.encoder.layer
         act_sum, ent_sum = [0.0] * len(layers), [0.0] * len(layers)
         act_count, ent_count = [0] * len(layers), [0] * len(layers)
+        # Every layer's attention probabilities and output, whether it ran on each instance alone
+        # (an unmuxed layer) or on the mixture.
         captured: dict[int, torch.Tensor] = {}
+        outputs: dict[int, torch.Tensor] = {}
         hooks = [
             layer.attention.self.register_forward_hook(
                 lambda module, args, output, i=i: captured.__setitem__(i, output[1])
+            )
+            for i, layer in enumerate(layers)
+        ] + [
+            layer.register_forward_hook(
+                lambda module, args, output, i=i: outputs.__setitem__(i, output[0] if isinstance(output, tuple) else output)
             )
             for i, layer in enumerate(layers)
         ]
@@ -286,9 +296,10 @@ def muxology(models, sentences: list[str], tokenizer=None, max_length: int = 64,
                                   max_length=max_length, return_tensors="pt")
                 batch = {k: v.to(device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
                 captured.clear()
-                states, mask = _encoder_states(model, batch)
-                real = mask.to(states[0].dtype)
-                for i, hidden in enumerate(states):
+                outputs.clear()
+                for i, mask in enumerate(_real_positions(model, batch)):
+                    hidden = outputs[i]
+                    real = mask.to(hidden.dtype)
                     act_sum[i] += float((hidden.abs().mean(dim=-1) * real).sum())
                     act_count[i] += int(mask.sum())
                     probs = captured[i].float()  # [S, heads, queries, keys]
