@@ -121,9 +121,9 @@ GRID="$OUT/length-grid/shards-${ONLY//,/-}"
 python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "${GRID%-}" > /dev/null
 merge
 # The muxology of the pre-trained checkpoints, BERT against MUX-BERT N = 2 / 5 / 10, when they
-# were trained here.
+# were trained here; with this checkout's code, as the merge (an analysis trains nothing).
 for key in bert mux-bert-2 mux-bert-5 mux-bert-10; do [ -d "$RUNS/$key/2-pretrain" ] || exit 0; done
-muxplm analyze muxology "$RUNS/bert/2-pretrain" "$RUNS/mux-bert-2/2-pretrain" "$RUNS/mux-bert-5/2-pretrain" \
+PYTHONPATH="$CHECKOUT_PYTHONPATH" python3 -m muxplm analyze muxology "$RUNS/bert/2-pretrain" "$RUNS/mux-bert-2/2-pretrain" "$RUNS/mux-bert-5/2-pretrain" \
     "$RUNS/mux-bert-10/2-pretrain" --num-sentences 200 --max-length 48 --output "$OUT/muxology.json"
 exit
 }
