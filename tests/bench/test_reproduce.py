@@ -61,7 +61,7 @@ def test_micro_table_has_table1_shape(micro_run):
     lines = (out / "table.md").read_text().strip().splitlines()
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert header == ["model", "N", "sentiment", "ner", "sentence avg", "token avg", "throughput gain",
-                      "retention (sent / token)", "changed by composition", "train min"]
+                      "retention (sent / token)", "changed by composition", "train min", "wall min"]
     assert len(lines) == 4 and lines[2].startswith("| BERT | 1 |") and lines[3].startswith("| MUX-BERT N=2 | 2 |")
     assert all(len(line.strip("|").split("|")) == len(header) for line in lines[2:])
 
@@ -116,6 +116,7 @@ def test_summary_targets_and_table_on_known_numbers():
     assert mux["sentence_avg"] == pytest.approx(67.0) and mux["token_avg"] == pytest.approx(90.0)
     assert mux["retention"]["sentence_avg"] == pytest.approx(67.0 / 70.0)
     assert rows["bert"]["train_minutes"] == pytest.approx(3.0) and "train_minutes" not in mux
+    assert rows["bert"]["wall_minutes"] == pytest.approx(0.15) and "wall_minutes" not in mux
     assert mux["retention"]["trec"] == pytest.approx(0.95)
     assert mux["throughput_gain"]["sentence"] == pytest.approx(1.9)
     checks = {(c["model"], c["what"]): c for c in check_targets(rows)}
@@ -129,7 +130,7 @@ def test_summary_targets_and_table_on_known_numbers():
     table = table1_markdown(rows, tasks)
     expected = ("| MUX-BERT N=2 | 2 | 77.0 ± 0.0 (77.0) | 57.0 ± 0.0 (57.0) | 90.0 ± 0.0 (90.0) | 67.0 (67.0) "
                 "| 90.0 (90.0) | 1.90x | 95.7% / 100.0% |")
-    assert expected in table and "| train min |" in table and table.splitlines()[2].endswith("| 3 |")
+    assert expected in table and "| train min | wall min |" in table and table.splitlines()[2].endswith("| 3 | 0 |")
     evaluations["tmux-2"]["pos"] = _evaluation(0.95)  # T-MUX ahead on the token task: the ordering missed
     rows = summarize_results(["bert", "mux-bert-2", "tmux-2"], tasks, evaluations, throughput)
     checks = {(c["model"], c["what"]): c for c in check_targets(rows)}
@@ -586,7 +587,9 @@ def test_a_row_fine_tuned_a_few_tasks_a_session_merges_when_its_pretraining_is_t
     assert merged["tasks"] == ["sentiment", "ner"]
     for key in ("bert", "mux-bert-2"):
         assert merged["evaluations"][key] == whole["evaluations"][key]
-        assert set(merged["training"][key]) == set(whole["training"][key]) - {"wall_seconds"}
+        assert set(merged["training"][key]) == set(whole["training"][key])
+        # a row made in two parts took the time of both
+        assert merged["rows"][key]["wall_minutes"] == pytest.approx(2 * whole["training"][key]["wall_seconds"] / 60)
     assert merged["rows"]["mux-bert-2"]["retention"] == pytest.approx(whole["rows"]["mux-bert-2"]["retention"])
     assert set(merged["throughput"]) == {"sentence", "token"}
 

@@ -373,6 +373,10 @@ def summarize_results(models: list[str], tasks: list[str], evaluations: dict[str
         if training and key in training:
             row["train_minutes"] = sum(stage.get("train_seconds") or 0 for stage in training[key].values()
                                        if isinstance(stage, dict)) / 60
+            if training[key].get("wall_seconds") is not None:
+                # the row's whole time in the run(s) that made it: training, evaluation, and a
+                # reused stage's check only
+                row["wall_minutes"] = training[key]["wall_seconds"] / 60
         rows[key] = row
     for key, row in rows.items():
         base = _baseline_of(key, rows)
@@ -471,6 +475,8 @@ def table1_markdown(rows: dict[str, dict], tasks: list[str]) -> str:
     columns += ["throughput gain", "retention (sent / token)", "changed by composition"]
     timed = any("train_minutes" in row for row in rows.values())
     columns += ["train min"] if timed else []
+    walled = any("wall_minutes" in row for row in rows.values())
+    columns += ["wall min"] if walled else []
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for key, row in rows.items():
         many = row["num_instances"] > 1
@@ -490,6 +496,8 @@ def table1_markdown(rows: dict[str, dict], tasks: list[str]) -> str:
         cells.append(" / ".join("-" if c is None else f"{100 * c:.1f}%" for c in changed) if many else "-")
         if timed:
             cells.append(f"{row['train_minutes']:.0f}" if "train_minutes" in row else "-")
+        if walled:
+            cells.append(f"{row['wall_minutes']:.0f}" if "wall_minutes" in row else "-")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -673,6 +681,8 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
                 _check_same_pretraining(key, training[key], stages, folder)
             training.setdefault(key, {}).update(
                 {name: stage for name, stage in stages.items() if name != "wall_seconds"})
+            if stages.get("wall_seconds") is not None:  # a row made in several parts took all of their time
+                training[key]["wall_seconds"] = training[key].get("wall_seconds", 0.0) + stages["wall_seconds"]
             for head in part["throughput"]:
                 kept = folder / "configs" / f"{key}-{head}"
                 if not (kept / "config.json").is_file():
