@@ -40,12 +40,20 @@ def code_version() -> dict[str, str | bool | None]:
 
 def folder_hash(folder: str | Path) -> str:
     """SHA-256 over every file under ``folder`` (relative paths and contents, in order): which
-    encoder a warm start read, wherever it is installed."""
-    folder = Path(folder)
+    encoder a warm start read, wherever it is installed. Each reuse check asks again, so the
+    digest is remembered for as long as no file's path, size or modification time changes."""
+    folder = Path(folder).resolve()
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    signature = tuple((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    return _files_hash(folder, signature)
+
+
+@functools.lru_cache(maxsize=64)
+def _files_hash(folder: Path, signature: tuple[tuple[str, int, int], ...]) -> str:
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode() + b"\0")
-        with open(path, "rb") as handle:
+    for relative, _, _ in signature:
+        digest.update(relative.encode() + b"\0")
+        with open(folder / relative, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
         digest.update(b"\0")

@@ -292,6 +292,53 @@ def test_a_stage_is_replaced_only_once_its_new_version_has_finished(micro_run, t
     assert not list(runs.glob("*/.*.training"))
 
 
+def test_a_stopped_stage_continues_from_its_checkpoint_only_with_its_settings_and_code(tmp_path, monkeypatch):
+    """A stage stopped midway (a session's end) continues from its last checkpoint to the weights
+    an uninterrupted run ends with; asked with another setting, or under other code, it starts over."""
+    import torch
+    from safetensors.torch import load_file
+
+    from muxplm import provenance
+    from muxplm.bench import reproduce
+    from muxplm.training import TrainConfig
+    from muxplm.training.loop import _Loop
+
+    settings = dict(stage="mlm", preset="tiny", max_length=32, batch_size=8, corpus_sources=["moby_dick"],
+                    corpus_max_words=6000, logging_steps=1, progress=False, max_steps=6, save_steps=2,
+                    save_total_limit=1, model_overrides={"num_hidden_layers": 2, "hidden_size": 64,
+                                                         "num_attention_heads": 2, "intermediate_size": 128})
+    whole = tmp_path / "whole"
+    reproduce._run(TrainConfig(output_dir=str(whole), **settings))
+    save = _Loop.save
+
+    def stop_at_step_4(self):
+        path = save(self)
+        if self.step == 4:
+            raise KeyboardInterrupt
+        return path
+
+    def stopped(name, **changed):
+        with monkeypatch.context() as patch:
+            patch.setattr(_Loop, "save", stop_at_step_4)
+            with pytest.raises(KeyboardInterrupt):
+                reproduce._run(TrainConfig(output_dir=str(tmp_path / name), **settings, **changed))
+        assert (tmp_path / f".{name}.training" / "checkpoint-4").is_dir() and not (tmp_path / name).exists()
+        return tmp_path / name
+
+    stage = stopped("stage")
+    summary = reproduce._run(TrainConfig(output_dir=str(stage), **settings))
+    assert summary["resumed_from_step"] == 4 and summary["final_step"] == 6
+    expected, resumed = load_file(whole / "model.safetensors"), load_file(stage / "model.safetensors")
+    assert expected.keys() == resumed.keys() and all(torch.equal(expected[k], resumed[k]) for k in expected)
+    assert not list(stage.glob("checkpoint-*")) and not (tmp_path / ".stage.training").exists()
+
+    other = stopped("other", lr=1e-3)
+    assert reproduce._run(TrainConfig(output_dir=str(other), **settings, lr=2e-3))["resumed_from_step"] == 0
+    newer = stopped("newer")
+    monkeypatch.setattr(provenance, "source_hash", lambda: "other code")
+    assert reproduce._run(TrainConfig(output_dir=str(newer), **settings))["resumed_from_step"] == 0
+
+
 @pytest.mark.parametrize("preset", ["quick", "full", "gpu", "convert"])
 def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path, monkeypatch):
     """The recipes too long to run in the suite (the full CPU one, the GPU one) still hand every

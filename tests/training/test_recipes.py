@@ -84,3 +84,10 @@ def test_the_demo_and_the_reproduction_take_every_stage_setting_from_the_registr
     monkeypatch.setitem(recipes.REPRODUCTION_PRESETS["full"], "warmup_ratio", 0.2)
     recipe = reproduce.resolve_recipe("full")
     assert reproduce._common(recipe, tmp_path, "finetune", 0, False)["warmup_ratio"] == 0.2
+
+
+def test_the_settings_only_multiplexed_models_use_are_left_out_at_one_instance():
+    settings = dict(lr=1e-3, retrieval_loss_weight=0.2, consistency_weight=4.0)
+    assert recipes.for_instances(settings, 2) == settings
+    assert recipes.for_instances(settings, 1) == dict(lr=1e-3)
+    assert settings["retrieval_loss_weight"] == 0.2  # the recipe itself is left as it was

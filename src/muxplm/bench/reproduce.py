@@ -14,13 +14,15 @@ Outputs in the output directory: ``results.json`` (everything), ``table.md`` (Ta
 rows = models, columns = tasks, sentence/token averages, throughput gain), ``points.json``
 (the schema of ``muxplm analyze pareto``) + ``pareto.png``, ``records.json`` (per-seed records)
 + ``lottery.md`` and ``ensemble.md``. Stages whose output already holds ``train_results.json``
-and evaluations already on disk are reused, so an interrupted run continues where it stopped.
+and evaluations already on disk are reused, and a stage stopped midway continues from its last
+checkpoint, so an interrupted run continues where it stopped.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import shutil
 import statistics
 import time
@@ -33,11 +35,14 @@ import torch
 from ..configuration import preset_kwargs
 from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
-from ..training.checkpoint import checkpoint_dirs, publish
+from ..training.checkpoint import STATE_FILE, checkpoint_dirs, publish, read_state, resumable_checkpoint
 from ..training.models import classifier_class
-from ..training.recipes import REPRODUCTION_PRESETS
+from ..training.recipes import REPRODUCTION_PRESETS, for_instances
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
 from .throughput import DTYPES, environment
+
+logger = logging.getLogger(__name__)
+SAVE_STEPS = 250
 
 
 @dataclass(frozen=True)
@@ -143,30 +148,26 @@ _BOOKKEEPING = frozenset({"output_dir", "eval_steps", "save_steps", "logging_ste
                           "resume", "progress", "init", "init_encoder", "report_to", "dataloader_workers"})
 
 
-def _finished_with(config: TrainConfig) -> bool:
-    """Whether ``config.output_dir`` holds a finished stage that the code of this package (its
-    source hash) trained with exactly these settings, resolved as a run would resolve them, from
-    the current version of its ``init`` checkpoint (a stage retrained upstream makes everything
-    after it stale) or the same files of its ``init_encoder``. A stage from other code, or with
-    any other setting, is retrained."""
+def _same_stage(config: TrainConfig, saved: dict[str, Any], source: str | None, encoder_sha256: str | None,
+                written: float) -> bool:
+    """Whether a stage, or a checkpoint of one, written at ``written`` (a modification time) by
+    the code with source hash ``source`` from settings ``saved`` and an encoder whose files hash
+    to ``encoder_sha256``, is what ``config`` asks for: this package's code (its source hash),
+    exactly these settings, resolved as a run would resolve them, from the current version of its
+    ``init`` checkpoint (a stage retrained upstream makes everything after it stale) or the same
+    files of its ``init_encoder``."""
     from ..provenance import folder_hash, source_hash
     from ..training.stages import resolved_config
 
-    folder = Path(config.output_dir)
-    if not (folder / "train_results.json").is_file() or not (folder / "train_config.json").is_file():
-        return False
-    summary = json.loads((folder / "train_results.json").read_text())
-    if (summary.get("code") or {}).get("source_hash") != source_hash():
+    if source != source_hash():
         return False
     upstream = Path(config.init or "") / "train_results.json"
-    if config.init and upstream.is_file() and \
-            upstream.stat().st_mtime > (folder / "train_results.json").stat().st_mtime:
+    if config.init and upstream.is_file() and upstream.stat().st_mtime > written:
         return False
-    saved = json.loads((folder / "train_config.json").read_text())
     if config.init and Path(saved.get("init") or "").parts[-2:] != Path(config.init).parts[-2:]:
         return False
     if bool(saved.get("init_encoder")) != bool(config.init_encoder) or \
-            (config.init_encoder and summary.get("init_encoder_sha256") != folder_hash(config.init_encoder)):
+            (config.init_encoder and encoder_sha256 != folder_hash(config.init_encoder)):
         return False
     wanted = json.loads(json.dumps(resolved_config(config).to_dict(), default=str))
     ignored = _BOOKKEEPING
@@ -177,6 +178,29 @@ def _finished_with(config: TrainConfig) -> bool:
     return all(saved[key] == value for key, value in wanted.items() if key not in ignored)
 
 
+def _finished_with(config: TrainConfig) -> bool:
+    """Whether ``config.output_dir`` holds a finished stage that is what ``config`` asks for
+    (:func:`_same_stage`). A stage from other code, or with any other setting, is retrained."""
+    folder = Path(config.output_dir)
+    if not (folder / "train_results.json").is_file() or not (folder / "train_config.json").is_file():
+        return False
+    summary = json.loads((folder / "train_results.json").read_text())
+    saved = json.loads((folder / "train_config.json").read_text())
+    return _same_stage(config, saved, (summary.get("code") or {}).get("source_hash"),
+                       summary.get("init_encoder_sha256"), (folder / "train_results.json").stat().st_mtime)
+
+
+def _resumable(config: TrainConfig) -> bool:
+    """Whether ``config.output_dir`` holds a whole checkpoint of a stopped run of the stage that
+    ``config`` asks for (:func:`_same_stage`), which it can then continue exactly."""
+    checkpoint = resumable_checkpoint(config.output_dir, logger.warning)
+    if checkpoint is None:
+        return False
+    state = read_state(checkpoint)
+    return _same_stage(config, json.loads(json.dumps(state.get("config") or {}, default=str)), state.get("source_hash"),
+                       state.get("init_encoder_sha256"), (checkpoint / STATE_FILE).stat().st_mtime)
+
+
 def training_dir(stage_dir: str | Path) -> Path:
     """Where a stage trains before it replaces ``stage_dir``."""
     stage_dir = Path(stage_dir)
@@ -185,7 +209,8 @@ def training_dir(stage_dir: str | Path) -> Path:
 
 def _run(config: TrainConfig) -> dict[str, Any]:
     """One stage, or its saved summary when a previous run already finished it with the same
-    settings; an unfinished stage, or one trained with another recipe, starts over.
+    settings. A stopped run of the same stage (same settings and code) continues from its last
+    checkpoint, exactly as if it had not stopped; any other unfinished stage starts over.
 
     The new stage trains beside the one it replaces, which stays whole (and reusable by the code
     that trained it) until the new one has finished; a finished stage keeps its final model and
@@ -193,10 +218,13 @@ def _run(config: TrainConfig) -> dict[str, Any]:
     folder, training = Path(config.output_dir), training_dir(config.output_dir)
     if not folder.exists() and (training / "train_results.json").is_file():
         publish(training, folder)  # a run stopped between training the stage and publishing it
-    shutil.rmtree(training, ignore_errors=True)  # what a stopped run left of a replacement
     if _finished_with(config):
+        shutil.rmtree(training, ignore_errors=True)  # what a stopped run left of a replacement
         return json.loads((folder / "train_results.json").read_text())
-    summary = run_stage(replace(config, output_dir=str(training)))
+    resume = training.is_dir() and _resumable(replace(config, output_dir=str(training)))
+    if not resume:
+        shutil.rmtree(training, ignore_errors=True)
+    summary = run_stage(replace(config, output_dir=str(training), resume=resume))
     for checkpoint in checkpoint_dirs(training):
         shutil.rmtree(checkpoint)
     publish(training, folder)
@@ -204,9 +232,11 @@ def _run(config: TrainConfig) -> dict[str, Any]:
 
 
 def _common(recipe: dict, output_dir: Path, stage: str, seed: int, progress: bool) -> dict[str, Any]:
+    # A checkpoint every SAVE_STEPS steps (one kept): a stop, such as a session's end, loses at most
+    # that much of a stage. Stages that end with their best weights save where they evaluate.
     return dict(stage=stage, output_dir=str(output_dir), seed=seed, max_length=recipe["max_length"],
                 mixed_precision=recipe["mixed_precision"], warmup_ratio=recipe["warmup_ratio"], logging_steps=20,
-                eval_steps=10**9, save_steps=10**9, save_total_limit=1, progress=progress)
+                eval_steps=10**9, save_steps=SAVE_STEPS, save_total_limit=1, progress=progress)
 
 
 def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed: int = 0,
@@ -222,10 +252,8 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     # The auxiliary retrieval loss keeps a MUX model's demultiplexer working through a short
     # pre-training stage (without it the tiny N=2 model's fine-tuning stayed at chance); a
     # plain model has nothing to retrieve.
-    pretrain = dict(recipe["pretrain"])
+    pretrain = for_instances(recipe["pretrain"], model.num_instances)
     retrieval_weight = pretrain.pop("retrieval_loss_weight", None)
-    if model.num_instances == 1:
-        retrieval_weight = None
     if model.warm_start:
         if model.num_instances == 1:
             return None, log

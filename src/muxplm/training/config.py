@@ -15,7 +15,7 @@ from typing import Any
 
 from ..configuration import DEMUX_TYPES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
 from ..families import FAMILIES as ENCODER_FAMILIES
-from .recipes import PAPER_RECIPE, TINY_RECIPE
+from .recipes import PAPER_RECIPE, TINY_RECIPE, for_instances
 
 STAGES = ("retrieval", "mlm", "electra", "finetune")
 PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
@@ -167,10 +167,7 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> Tr
     and model size (``size`` = the preset name, or the preset the loaded model matches);
     ``num_instances`` turns a batch given in groups into instances."""
     values = config.to_dict()
-    recipe = recipe_for(config.stage, size)
-    if num_instances == 1:  # nothing to retrieve, no composition to disagree over
-        recipe.pop("retrieval_loss_weight", None)
-        recipe.pop("consistency_weight", None)
+    recipe = for_instances(recipe_for(config.stage, size), num_instances)
     if values["batch_size"] is None and values["batch_groups"] is None:
         values["batch_groups"] = recipe.pop("batch_groups", None)
     if values["batch_size"] is None and values["batch_groups"] is not None:

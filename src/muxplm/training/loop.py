@@ -27,7 +27,7 @@ from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, gather_object
 from transformers import get_linear_schedule_with_warmup
 
-from ..provenance import code_version, folder_hash
+from ..provenance import code_version, folder_hash, source_hash
 from . import checkpoint as ckpt
 from .batches import ShardedBatches, micro_batch_loader
 from .config import TrainConfig
@@ -298,6 +298,10 @@ class _Loop:
         self.first_batch_ids: list[int] | None = None
         self.losses: list[float] = []
         self.start_step, self.started = self.step, time.perf_counter()
+        # What the stage started from and the code training it, in each checkpoint too: a driver
+        # resumes a stopped stage only when both are still those it asks for.
+        self.provenance = {"source_hash": source_hash(),
+                           "init_encoder_sha256": folder_hash(config.init_encoder) if config.init_encoder else None}
         self.model.train()
 
     def optimizer_step(self, batches) -> None:
@@ -382,7 +386,8 @@ class _Loop:
         state = {"step": self.step, "micro_step": self.micro_step, "total_steps": self.total_steps,
                  "world_size": self.world, "samples_seen": self.step * self.samples_per_step,
                  "config": self.config.to_dict(), "last_eval": self.last_eval, "score": self.score(),
-                 "patience": {"best": self.best_score, "evals_since_best": self.evals_since_best}}
+                 "patience": {"best": self.best_score, "evals_since_best": self.evals_since_best},
+                 **self.provenance}
         final = save_checkpoint(self.accelerator, self.model, self.optimizer, self.scheduler, self.run.tokenizer,
                                 self.output_dir, state, self.config.save_total_limit)
         self.log.write({"kind": "checkpoint", "step": self.step, "path": str(final)})
@@ -409,7 +414,7 @@ class _Loop:
             "code": code_version(), **(run.summary or {}),
         }
         if self.config.init_encoder:  # the warm start's weights, whatever folder held them
-            summary["init_encoder_sha256"] = folder_hash(self.config.init_encoder)
+            summary["init_encoder_sha256"] = self.provenance["init_encoder_sha256"]
         best = ckpt.best_checkpoint(self.output_dir)
         if best is not None:
             best_state = ckpt.read_state(best)

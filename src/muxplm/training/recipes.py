@@ -35,7 +35,7 @@ CONSISTENCY_WEIGHT = 4.0
 # CPU recipe for the tiny preset: short sequences, higher learning rates, a few hundred steps.
 # Priming (benchmarks/results/curves/priming): 32 multiplexed groups a step, 32-token blocks and
 # the in-batch softmax; MUX pre-training keeps the auxiliary retrieval loss (r = 0.2), without
-# which a short MLM stage undoes the priming (ignored for N = 1, which has nothing to retrieve).
+# which a short MLM stage undoes the priming (not for N = 1: MUX_ONLY_SETTINGS below).
 TINY_RECIPE = {
     "retrieval": dict(lr=1e-3, batch_groups=32, max_length=32, max_steps=400, warmup_ratio=0.1,
                       weight_decay=0.01, eval_steps=100, save_steps=100, logging_steps=10,
@@ -52,6 +52,17 @@ TINY_RECIPE = {
                      epochs_scale_with_instances=20.0, consistency_weight=CONSISTENCY_WEIGHT),
 }
 TINY_RECIPE["electra"] = dict(TINY_RECIPE["mlm"])
+
+# Recipe settings that only multiplexed models use: with N = 1 there is nothing to retrieve and no
+# composition to disagree over. A recipe states them once; each model's stage reads them through
+# `for_instances`.
+MUX_ONLY_SETTINGS = ("retrieval_loss_weight", "consistency_weight")
+
+
+def for_instances(settings: dict[str, Any], num_instances: int) -> dict[str, Any]:
+    """A copy of a stage's recipe ``settings`` for a model of ``num_instances``: at N = 1 without
+    the multiplexed-only ones."""
+    return {key: value for key, value in settings.items() if num_instances > 1 or key not in MUX_ONLY_SETTINGS}
 
 
 # --------------------------------------------------------------------------- muxplm convert
