@@ -17,8 +17,9 @@
 # (CODE=cc53eb0: every stage trained by one commit, checked out once into RUNS/code-COMMIT), commits
 # its parts, and the table in OUT grows by their rows. The larger size's N = 1 row is too slow for
 # one session: its tasks are split over two shards (`MODELS@TASKS`), each pre-training it again
-# (the merge checks both ended the same). A shard cut short loses only its unfinished stage: run the
-# same command again.
+# (the merge checks both ended the same). A shard cut short: run the same command again; its
+# unfinished stage continues from its last checkpoint (code from commit 98ce4ac on; the pinned
+# 4ca13c3 trains that stage again).
 set -euo pipefail
 {  # parsed whole before it runs, so an edit of this file during a run cannot change the run
 cd "$(dirname "$0")/.."
