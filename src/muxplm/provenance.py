@@ -43,8 +43,8 @@ def folder_hash(folder: str | Path) -> str:
     encoder a warm start read, wherever it is installed. Each reuse check asks again, so the
     digest is remembered for as long as no file's path, size or modification time changes."""
     folder = Path(folder).resolve()
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    signature = tuple((str(p.relative_to(folder)), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    stats = sorted((p, p.stat()) for p in folder.rglob("*") if p.is_file())
+    signature = tuple((str(p.relative_to(folder)), stat.st_size, stat.st_mtime_ns) for p, stat in stats)
     return _files_hash(folder, signature)
 
 
