@@ -56,7 +56,8 @@ def main(argv=None) -> None:
         for run, evals in panels[key]:
             axis.plot([r["step"] for r in evals], [100 * r[args.metric] if args.metric == "accuracy" else r[args.metric]
                                                   for r in evals], marker="o", markersize=3, label=run)
-        axis.set_title(f"{args.panel_by} = {key}")
+        if key is not None:  # runs whose logs carry no settings share one untitled panel
+            axis.set_title(f"{args.panel_by} = {key}")
         axis.set_xlabel("step")
         where = "held-out" if args.kind == "eval" else "training"
         axis.set_ylabel(f"{where} {args.metric}" + (" (%)" if args.metric == "accuracy" else ""))

@@ -677,6 +677,34 @@ def test_the_paper_script_merges_the_parts_in_so_far(micro_run, tmp_path):
     assert done.returncode == 2 and "no parts under" in done.stderr
 
 
+def test_the_ner_plateau_script_fine_tunes_a_row_again_with_one_setting_changed(micro_run, tmp_path):
+    """`bash benchmarks/run_stable_ner_plateau.sh`: a row's NER fine-tuning again from its encoder,
+    one setting changed and every other one the row's, scored and plotted beside the row's run."""
+    import os
+    import subprocess
+    import sys
+
+    runs = micro_run[0].parent / "runs"
+    out = tmp_path / "plateau"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "run_stable_ner_plateau.sh"
+    env = dict(os.environ, ROW="mux-bert-2", VARIANTS="lr=0.0003", CODE="", RUNS=str(runs), OUT=str(out),
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    table = json.loads((runs / "mux-bert-2" / "3-ner" / "train_config.json").read_text())
+    again = json.loads((out / "mux-bert-2-lr0.0003-config.json").read_text())
+    assert again["lr"] == 0.0003 != table["lr"] and again["init"] == table["init"]
+    assert {k: v for k, v in again.items() if k not in ("lr", "output_dir")} == \
+        {k: v for k, v in table.items() if k not in ("lr", "output_dir")}
+    scored = json.loads((out / "mux-bert-2-lr0.0003-eval.json").read_text())
+    assert scored["task"] == "ner" and len(scored["seeds"]) == 5
+    assert (out / "mux-bert-2-table.jsonl").read_text() == (runs / "mux-bert-2" / "3-ner" / "log.jsonl").read_text()
+    assert all((out / name).stat().st_size > 0 for name in ("mux-bert-2-lr0.0003.jsonl", "ner-f1.png",
+                                                            "ner-train-loss.png"))
+    done = subprocess.run(["bash", str(script)], env=dict(env, ROW="no-such-row"), capture_output=True, text=True)
+    assert done.returncode == 2 and "train the row first" in done.stderr
+
+
 def test_the_stable_preset_runs_one_unmuxed_layer_and_consistency_on_sentence_tasks_only(tmp_path):
     """``--stable``: MUX rows get one unmuxed layer and composition consistency on sentence tasks;
     token tasks and the N = 1 row (nothing to compose) train as under ``full``."""
