@@ -47,12 +47,8 @@ if [ -n "${MERGE:-}" ]; then
     exit 0
 fi
 if [ -n "$CODE" ]; then
-    CODE=$(git rev-parse --short=12 "$CODE^{commit}")
-    SRC="$RUNS/code-$CODE"
-    [ -d "$SRC/src/muxplm" ] || { mkdir -p "$RUNS"; git worktree add --detach "$SRC" "$CODE"; }
-    export PYTHONPATH="$(cd "$SRC/src" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
-    python3 -c "import muxplm, sys; sys.exit(not muxplm.__file__.startswith('$(cd "$SRC/src" && pwd)'))" \
-        || { echo "run_reproduce_paper.sh: muxplm is not imported from $SRC" >&2; exit 1; }
+    source benchmarks/pinned_code.sh
+    use_pinned_code "$CODE" "$RUNS"
 fi
 THREADS=(--threads 1)
 # Pairs of shards of about equal cost, each pair side by side in one session: 0,1 | 2,3 | 4,6 |

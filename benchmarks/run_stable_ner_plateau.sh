@@ -20,10 +20,8 @@ RUNS=${RUNS:-runs/reproduce-paper-stable}
 OUT=${OUT:-benchmarks/results/reproduce/paper-stable/ner-plateau}
 CODE=${CODE-4ca13c3}  # the commit that trained the stable table; CODE= runs this checkout's code
 if [ -n "$CODE" ]; then
-    CODE=$(git rev-parse --short=12 "$CODE^{commit}")
-    SRC="$RUNS/code-$CODE"
-    [ -d "$SRC/src/muxplm" ] || git worktree add --detach "$SRC" "$CODE"
-    export PYTHONPATH="$(cd "$SRC/src" && pwd)"
+    source benchmarks/pinned_code.sh
+    use_pinned_code "$CODE" "$RUNS"
 fi
 export OMP_NUM_THREADS=${THREADS:-1}
 CONFIG="$RUNS/$ROW/3-ner/train_config.json"
