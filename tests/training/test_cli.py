@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from training_utils import MICRO_MODEL, micro_flags, run_cli
+from training_utils import MICRO_MODEL, micro_flags, run_cli, run_cli_process
 
 from muxplm.cli import main
 from muxplm.training import TrainConfig, run_stage
@@ -101,7 +101,8 @@ def test_finetune_local_files_then_evaluate_via_cli(tmp_path, sentiment_files):
 
 
 def test_demo_quick_end_to_end(tmp_path):
-    done = run_cli("demo", "--quick", "--no-progress", "--output-dir", str(tmp_path / "demo"), timeout=400)
+    # A real process, as the README's first command runs: the entry point and its imports included.
+    done = run_cli_process("demo", "--quick", "--no-progress", "--output-dir", str(tmp_path / "demo"))
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((tmp_path / "demo" / "demo_results.json").read_text())
     assert set(results["models"]) == {"N=1", "N=2"}
