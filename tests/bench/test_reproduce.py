@@ -547,6 +547,32 @@ def test_parts_run_apart_merge_into_one_table_timed_side_by_side(micro_run, tmp_
     assert {k: v.shape for k, v in fresh.state_dict().items()} == {k: v.shape for k, v in trained.state_dict().items()}
 
 
+def test_a_merge_times_by_its_own_settings_and_changes_nothing_else(micro_run, tmp_path):
+    """``--merge ... --set throughput.trials=5 --set throughput.statistic=median``: the merge's
+    timing over the parts' recipe; any other setting is the parts' own and is refused."""
+    import statistics
+
+    from muxplm.bench.reproduce import merge_reproductions
+    from muxplm.cli import main
+
+    first, first_results = micro_run
+    merged = merge_reproductions([first], tmp_path / "merged", log=lambda *_: None,
+                                 timing=dict(trials=5, statistic="median"))
+    assert merged["timing"]["trials"] == 5 and merged["timing"]["statistic"] == "median"
+    assert merged["recipe"] == first_results["recipe"]  # what the parts trained by, unchanged
+    for by_key in merged["throughput"].values():
+        for measured in by_key.values():
+            assert len(measured["trials"]) == 5
+            assert measured["samples_per_s"] == statistics.median(measured["trials"])
+    with pytest.raises(ValueError, match="sets only its timing"):
+        merge_reproductions([first], tmp_path / "x", log=lambda *_: None, timing=dict(lr=0.1))
+    with pytest.raises(ValueError, match="unknown statistic"):
+        merge_reproductions([first], tmp_path / "x", log=lambda *_: None, timing=dict(statistic="mode"))
+    assert main(["reproduce", "--merge", str(first), "--output-dir", str(tmp_path / "x"),
+                 "--set", "finetune.lr=0.1"]) == 2  # the CLI's one-line error
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_merge_refuses_parts_of_different_reproductions(micro_run, tmp_path):
     import shutil
 

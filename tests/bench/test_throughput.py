@@ -179,6 +179,13 @@ def test_round_robin_times_every_model_each_trial_and_rates_use_the_chosen_clock
     assert measured["samples_per_s"] == 6.0 and measured["std"] == 2.0
     with pytest.raises(ValueError, match="unknown clock"):
         rates([(1.0, 1.0)], samples=1, clock="gpu")
+    # The median: one trial slowed by a burst of load moves the mean, not the median.
+    bursty = [(1.0, 1.0), (1.0, 1.0), (4.0, 4.0)]
+    assert rates(bursty, samples=8, statistic="median")["samples_per_s"] == 8.0
+    assert rates(bursty, samples=8)["samples_per_s"] == pytest.approx(6.0)
+    assert rates(bursty, samples=8, statistic="median")["cpu_samples_per_s"] == 8.0
+    with pytest.raises(ValueError, match="unknown statistic"):
+        rates(bursty, samples=8, statistic="mode")
 
 
 # --------------------------------------------------------------------------- user checkpoints

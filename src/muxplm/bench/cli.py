@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from typing import Any
 
 from ..quantization import QUANTIZE_CHOICES
 from .throughput import CLOCKS, DTYPES, HEADS, VARIANTS
@@ -132,7 +133,8 @@ def register(subparsers) -> None:
     rp.add_argument("--device", default=None,
                     help="override the preset's device (cpu, cuda); with --merge, where the rows are timed")
     rp.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
-                    help="override a recipe value, e.g. --set pretrain.max_steps=50 (repeatable)")
+                    help="override a recipe value, e.g. --set pretrain.max_steps=50 (repeatable); with --merge, "
+                    "only the timing's: throughput.trials, .batches, .warmup, .statistic (mean or median)")
     rp.add_argument("--progress", action="store_true", help="show training progress bars")
     rp.add_argument("--merge", nargs="+", metavar="RESULTS_DIR", default=None,
                     help="instead of training: one table from these runs' results folders (shards of one "
@@ -290,15 +292,32 @@ def _run_reproduce(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    overrides = _recipe_overrides(args.set)
     if args.merge:
-        results = merge_reproductions(args.merge, args.output_dir, device=args.device)
+        timing = {}
+        for name, value in overrides.items():
+            section, _, key = name.partition(".")
+            if section != "throughput" or not key:
+                raise ValueError(f"--set {name}=... with --merge: a merge sets only throughput.KEY (its timing)")
+            timing[key] = value
+        results = merge_reproductions(args.merge, args.output_dir, device=args.device, timing=timing)
         print(report_text(results))
         print(f"wrote the merged results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md to "
               f"{args.output_dir}")
         return 0
     preset = _reproduction_preset(args.preset, args.stable)
+    results = run_reproduction(args.output_dir, preset, models=args.models, tasks=args.tasks,
+                               seeds=args.seeds, device=args.device, overrides=overrides,
+                               runs_dir=args.runs_dir, progress=args.progress)
+    print(report_text(results))
+    print(f"wrote results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md to {args.output_dir}")
+    return 0
+
+
+def _recipe_overrides(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` items as a dict, each value read as JSON where it parses (else a string)."""
     overrides = {}
-    for item in args.set:
+    for item in items:
         name, sep, value = item.partition("=")
         if not sep:
             raise ValueError(f"--set takes KEY=VALUE, got {item!r}")
@@ -306,12 +325,7 @@ def _run_reproduce(args) -> int:
             overrides[name.strip()] = json.loads(value)
         except json.JSONDecodeError:
             overrides[name.strip()] = value
-    results = run_reproduction(args.output_dir, preset, models=args.models, tasks=args.tasks,
-                               seeds=args.seeds, device=args.device, overrides=overrides,
-                               runs_dir=args.runs_dir, progress=args.progress)
-    print(report_text(results))
-    print(f"wrote results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md to {args.output_dir}")
-    return 0
+    return overrides
 
 
 def _reproduction_preset(preset: str | None, stable: bool) -> str:

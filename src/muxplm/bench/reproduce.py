@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from ..configuration import preset_kwargs
-from ..timing import side_by_side
+from ..timing import STATISTICS, side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
 from ..training.checkpoint import STATE_FILE, checkpoint_dirs, publish, read_state, resumable_checkpoint
 from ..training.models import classifier_class
@@ -352,7 +352,7 @@ def evaluate(key: str, task: str, checkpoint: str, recipe: dict, root: Path, ens
 
 def measure_side_by_side(checkpoints: dict[str, str], *, batch_size: int, seq_length: int, batches: int,
                          trials: int, clock: str, dtype: str, device: str, warmup: int = 1,
-                         fresh: bool = False) -> dict[str, dict]:
+                         fresh: bool = False, statistic: str = "mean") -> dict[str, dict]:
     """Inference samples/s of every fine-tuned checkpoint on the same random batch, timed round
     robin (:mod:`muxplm.timing`); ``fresh``: each built from its folder's config.json alone, with
     random weights."""
@@ -366,7 +366,7 @@ def measure_side_by_side(checkpoints: dict[str, str], *, batch_size: int, seq_le
 
     models = {key: build(path).eval().to(device=device, dtype=DTYPES[dtype]) for key, path in checkpoints.items()}
     measured = side_by_side(models, batch_size=batch_size, seq_length=seq_length, batches=batches, trials=trials,
-                            device=device, clock=clock, warmup=warmup)
+                            device=device, clock=clock, warmup=warmup, statistic=statistic)
     return {key: dict(samples_per_s=m["samples_per_s"], trials=m["trials"], wall_samples_per_s=m["wall_samples_per_s"],
                       checkpoint=checkpoints[key]) for key, m in measured.items()}
 
@@ -671,8 +671,12 @@ def _timing_on(device: str, throughput: dict[str, Any]) -> dict[str, Any]:
     return dict(throughput) if device.startswith("cuda") else {**throughput, "dtype": "float32"}
 
 
+# What a merge may set over the parts' recipe: how its side-by-side timing runs.
+MERGE_TIMING_SETTINGS = ("batches", "trials", "warmup", "statistic")
+
+
 def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=print,
-                        device: str | None = None) -> dict[str, Any]:
+                        device: str | None = None, timing: dict[str, Any] | None = None) -> dict[str, Any]:
     """One table from the results folders of several runs of one reproduction: the shards that
     sessions trained one pair at a time, whose checkpoints did not outlive their session. The
     parts must share the recipe and the code every stage was trained with (one source hash). A
@@ -683,7 +687,8 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
     them; every row is timed again, all side by side here, on a model built from its kept
     config.json with random weights (a forward pass costs the same whatever its weights), on
     ``device`` if given (rows trained on a GPU, timed on the CPU that serves them), else on the
-    recipe's."""
+    recipe's, by the recipe's timing settings with ``timing``'s over them (more trials, their
+    median: the timing is the merge's own, so the parts' training is untouched)."""
     loaded = [(Path(part), json.loads((Path(part) / "results.json").read_text())) for part in parts]
     if not loaded:
         raise ValueError("merge needs at least one results folder")
@@ -732,7 +737,13 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
     models = sorted(evaluations, key=lambda key: order.get(key, len(order)))
     recipe = first["recipe"]
     device = device or recipe["device"]
-    timing = _timing_on(device, recipe["throughput"])
+    unknown = sorted(set(timing or {}) - set(MERGE_TIMING_SETTINGS))
+    if unknown:
+        raise ValueError(f"a merge sets only its timing ({', '.join(MERGE_TIMING_SETTINGS)}), not "
+                         f"{', '.join(unknown)}: the parts' training is theirs")
+    if (timing or {}).get("statistic", "mean") not in STATISTICS:
+        raise ValueError(f"unknown statistic {timing['statistic']!r}; choose from {', '.join(STATISTICS)}")
+    timing = _timing_on(device, {**recipe["throughput"], **(timing or {})})
     log(f"== throughput on {device}, {len(models)} models side by side (built from their configs)")
     start = time.perf_counter()
     throughput = {head: measure_side_by_side({key: str(by_key[key]) for key in models}, device=device,
