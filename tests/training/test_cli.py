@@ -4,6 +4,7 @@ clear errors for bad input."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 from training_utils import MICRO_MODEL, micro_flags, run_cli, run_cli_process
@@ -111,6 +112,8 @@ def test_demo_quick_end_to_end(tmp_path):
     for model in results["models"].values():
         assert 0.0 <= model["evaluation"]["summary"]["accuracy"]["mean"] <= 1.0
     assert results["models"]["N=1"]["speedup"] == 1.0 and results["models"]["N=1"]["retention"] == 1.0
+    for timed in results["throughput"]:  # each model's figure: the median of its round-robin trials
+        assert timed["statistic"] == "median" and timed["samples_per_s"] == statistics.median(timed["trials"])
     n2 = results["models"]["N=2"]
     assert n2["speedup"] > 0 and n2["retention"] == pytest.approx(
         n2["evaluation"]["summary"]["accuracy"]["mean"] / results["models"]["N=1"]["evaluation"]["summary"]["accuracy"]["mean"])

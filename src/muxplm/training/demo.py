@@ -105,14 +105,16 @@ def _brief(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _throughput_side_by_side(checkpoints: list[str], batch_size: int, seq_length: int, num_batches: int,
-                             trials: int) -> list[dict[str, Any]]:
-    """Inference samples/s of each model, timed round robin so all see the same machine load."""
+                             trials: int, statistic: str = "mean") -> list[dict[str, Any]]:
+    """Inference samples/s of each model (``statistic`` of its trials), timed round robin so all
+    see the same machine load."""
     models = {path: load_classifier(path)[0].eval() for path in checkpoints}
     measured = side_by_side(models, batch_size=batch_size, seq_length=seq_length, batches=num_batches,
-                            trials=trials, device="cpu", warmup=2)
+                            trials=trials, device="cpu", warmup=2, statistic=statistic)
     return [{"checkpoint": path, "num_instances": model.config.num_instances,
-             "samples_per_s": measured[path]["samples_per_s"], "trials": measured[path]["trials"],
-             "batch_size": batch_size, "seq_length": seq_length, "threads": torch.get_num_threads()}
+             "samples_per_s": measured[path]["samples_per_s"], "statistic": statistic,
+             "trials": measured[path]["trials"], "batch_size": batch_size, "seq_length": seq_length,
+             "threads": torch.get_num_threads()}
             for path, model in models.items()]
 
 
