@@ -13,7 +13,6 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from unittest import mock
 
 from muxplm import cli
 
@@ -44,7 +43,7 @@ class CliResult:
     stderr: str
 
 
-def run_cli(*args: str, env: dict | None = None) -> CliResult:
+def run_cli(*args: str) -> CliResult:
     """``muxplm ARGS`` run in this process and reported as a child process would report it: the
     exit status and both streams, the library's warnings included. A child would spend ~11 s
     importing the CLI on each call; the tests that need a real process (the README's commands,
@@ -56,8 +55,7 @@ def run_cli(*args: str, env: dict | None = None) -> CliResult:
     warnings_to_stderr.setLevel(logging.WARNING)
     logging.getLogger().addHandler(warnings_to_stderr)
     try:
-        with mock.patch.dict(os.environ, env or {}), contextlib.redirect_stdout(stdout), \
-                contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
                 returncode = cli.main(list(args))
             except SystemExit as exit_:  # argparse's usage errors
