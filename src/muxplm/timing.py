@@ -76,14 +76,19 @@ def round_robin(models: dict[Hashable, torch.nn.Module], inputs: dict, *, batche
     return timings
 
 
-def rates(timings: list[tuple[float, float]], samples: int, clock: str = "wall",
-          statistic: str = "mean") -> dict[str, Any]:
-    """Samples/s of each trial on ``clock``, their ``statistic`` (mean or median) and (population)
-    spread, and both clocks' figures by the same statistic."""
+def check_summary(clock: str, statistic: str) -> None:
+    """Refuse an unknown clock or statistic before any timing runs, not after it."""
     if clock not in CLOCKS:
         raise ValueError(f"unknown clock {clock!r}; choose from {', '.join(CLOCKS)}")
     if statistic not in STATISTICS:
         raise ValueError(f"unknown statistic {statistic!r}; choose from {', '.join(STATISTICS)}")
+
+
+def rates(timings: list[tuple[float, float]], samples: int, clock: str = "wall",
+          statistic: str = "mean") -> dict[str, Any]:
+    """Samples/s of each trial on ``clock``, their ``statistic`` (mean or median) and (population)
+    spread, and both clocks' figures by the same statistic."""
+    check_summary(clock, statistic)
     summarize = STATISTICS[statistic]
     wall = [samples / max(seconds, 1e-9) for seconds, _ in timings]
     cpu = [samples / max(cpu_seconds, 1e-9) for _, cpu_seconds in timings]
@@ -99,6 +104,7 @@ def side_by_side(models: dict[Hashable, torch.nn.Module], *, batch_size: int, se
                  seed: int = 0, statistic: str = "mean") -> dict[Hashable, dict[str, Any]]:
     """:func:`rates` of every model on one random batch (ids within the smallest vocabulary),
     timed :func:`round_robin`."""
+    check_summary(clock, statistic)
     vocab = min(model.config.vocab_size for model in models.values())
     inputs = random_inputs(batch_size, seq_length, device, vocab_size=vocab, seed=seed)
     timings = round_robin(models, inputs, batches=batches, trials=trials, device=device, warmup=warmup)

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from ..configuration import preset_kwargs
-from ..timing import STATISTICS, side_by_side
+from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
 from ..training.checkpoint import STATE_FILE, checkpoint_dirs, publish, read_state, resumable_checkpoint
 from ..training.models import classifier_class
@@ -741,8 +741,6 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
     if unknown:
         raise ValueError(f"a merge sets only its timing ({', '.join(MERGE_TIMING_SETTINGS)}), not "
                          f"{', '.join(unknown)}: the parts' training is theirs")
-    if (timing or {}).get("statistic", "mean") not in STATISTICS:
-        raise ValueError(f"unknown statistic {timing['statistic']!r}; choose from {', '.join(STATISTICS)}")
     timing = _timing_on(device, {**recipe["throughput"], **(timing or {})})
     log(f"== throughput on {device}, {len(models)} models side by side (built from their configs)")
     start = time.perf_counter()
