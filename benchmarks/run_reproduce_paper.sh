@@ -9,6 +9,8 @@
 #   CODE=cc53eb0 ONLY=2,3 bash benchmarks/run_reproduce_paper.sh    # one pair of CPU shards: a session's worth
 #   MERGE=1 bash benchmarks/run_reproduce_paper.sh                  # the parts in so far, merged again
 #   CODE=4ca13c3 PRESET=stable ONLY=3,7 bash benchmarks/run_reproduce_paper.sh  # the stable recipe, a row a shard
+#   TASKS=sentiment,trec ... bash benchmarks/run_reproduce_paper.sh --set pretrain.max_steps=2000
+#       # shards on some tasks only, with recipe settings changed (into their own RUNS and OUT)
 #
 # On a GPU the whole table is one run instead: bash benchmarks/run_reproduce_gpu.sh (the `gpu` preset).
 #
@@ -27,6 +29,7 @@ PRESET=${PRESET:-full}
 RUNS=${RUNS:-runs/reproduce-paper-$PRESET}
 OUT=${OUT:-benchmarks/results/reproduce/paper-$PRESET}
 ONLY=${ONLY:-}
+TASKS=${TASKS:-}  # a shard's tasks where its spec names none (MODELS@TASKS); empty: every task
 PARALLEL=${PARALLEL:-2}
 CODE=${CODE:-}
 CHECKOUT_PYTHONPATH=${PYTHONPATH:-}
@@ -53,6 +56,7 @@ if [ -n "$CODE" ]; then
     use_pinned_code "$CODE" "$RUNS"
 fi
 THREADS=(--threads 1)
+RECIPE_OVERRIDES=("$@")  # the script's arguments go to every shard's training (the merge reads them from the parts)
 # Pairs of shards of about equal cost, each pair side by side in one session: 0,1 | 2,3 | 4,6 |
 # 5,7 | 8,9 (the larger size's N = 1 row is shards 4 and 6: the merge refuses it while one half is
 # missing). Fine-tuning steps timed two at a time on the 2-core CPU: tiny 0.86 / 0.47 / 0.27 /
@@ -81,9 +85,9 @@ fi
 mkdir -p "$RUNS/logs" "$OUT/parts"
 shard() {  # trains, evaluates and times the shard's models, then keeps its results as a part
     local spec=${SHARDS[$1]} tasks=()
-    [[ $spec == *@* ]] && tasks=(--tasks "${spec#*@}")
+    if [[ $spec == *@* ]]; then tasks=(--tasks "${spec#*@}"); elif [ -n "$TASKS" ]; then tasks=(--tasks "$TASKS"); fi
     muxplm reproduce "--$PRESET" "${THREADS[@]}" --runs-dir "$RUNS" --output-dir "$RUNS/shard-$1" \
-        --models "${spec%@*}" "${tasks[@]}" > "$RUNS/logs/shard-$1.log" 2>&1
+        --models "${spec%@*}" "${tasks[@]}" "${RECIPE_OVERRIDES[@]}" > "$RUNS/logs/shard-$1.log" 2>&1
     rm -rf "$OUT/parts/shard-$1"
     cp -r "$RUNS/shard-$1" "$OUT/parts/shard-$1"
     cp "$RUNS/logs/shard-$1.log" "$OUT/parts/shard-$1/log.txt"
