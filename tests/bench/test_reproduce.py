@@ -110,13 +110,13 @@ def test_summary_targets_and_table_on_known_numbers():
     }
     throughput = {"sentence": {"bert": {"samples_per_s": 100.0}, "mux-bert-2": {"samples_per_s": 190.0},
                                "tmux-2": {"samples_per_s": 180.0}}}
-    training = {"bert": {"mlm": {"train_seconds": 60.0}, "finetune-pos": {"train_seconds": 120.0}, "wall_seconds": 9.0}}
+    training = {"bert": {"mlm": {"train_seconds": 60.0}, "finetune-pos": {"train_seconds": 120.0}, "wall_seconds": 189.0}}
     rows = summarize_results(["bert", "mux-bert-2", "tmux-2"], tasks, evaluations, throughput, training)
     mux = rows["mux-bert-2"]
     assert mux["sentence_avg"] == pytest.approx(67.0) and mux["token_avg"] == pytest.approx(90.0)
     assert mux["retention"]["sentence_avg"] == pytest.approx(67.0 / 70.0)
     assert rows["bert"]["train_minutes"] == pytest.approx(3.0) and "train_minutes" not in mux
-    assert rows["bert"]["wall_minutes"] == pytest.approx(0.15) and "wall_minutes" not in mux
+    assert rows["bert"]["wall_minutes"] == pytest.approx(3.15) and "wall_minutes" not in mux
     assert mux["retention"]["trec"] == pytest.approx(0.95)
     assert mux["throughput_gain"]["sentence"] == pytest.approx(1.9)
     checks = {(c["model"], c["what"]): c for c in check_targets(rows)}
@@ -130,7 +130,13 @@ def test_summary_targets_and_table_on_known_numbers():
     table = table1_markdown(rows, tasks)
     expected = ("| MUX-BERT N=2 | 2 | 77.0 ± 0.0 (77.0) | 57.0 ± 0.0 (57.0) | 90.0 ± 0.0 (90.0) | 67.0 (67.0) "
                 "| 90.0 (90.0) | 1.90x | 95.7% / 100.0% |")
-    assert expected in table and "| train min | wall min |" in table and table.splitlines()[2].endswith("| 3 | 0 |")
+    assert expected in table and "| train min | wall min |" in table and table.splitlines()[2].endswith("| 3 | 3 |")
+    # A wall time that does not hold all of the row's training is left blank, not summed short:
+    # a stage reused from an earlier run or resumed after a stop, or a record shorter than its training.
+    for edit in ({"mlm": {"train_seconds": 60.0, "reused": True}},
+                 {"mlm": {"train_seconds": 60.0, "resumed_from_step": 40}}, {"wall_seconds": 179.0}):
+        blank = summarize_results(["bert"], tasks, evaluations, throughput, {"bert": {**training["bert"], **edit}})
+        assert "wall_minutes" not in blank["bert"] and blank["bert"]["train_minutes"] == pytest.approx(3.0)
     evaluations["tmux-2"]["pos"] = _evaluation(0.95)  # T-MUX ahead on the token task: the ordering missed
     rows = summarize_results(["bert", "mux-bert-2", "tmux-2"], tasks, evaluations, throughput)
     checks = {(c["model"], c["what"]): c for c in check_targets(rows)}
@@ -223,8 +229,8 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
     shutil.copytree(out.parent / "runs", runs)
 
     def rerun(overrides):
-        run_reproduction(tmp_path / "out", "quick", models=["bert", "mux-bert-2"], tasks=["sentiment", "ner"],
-                         seeds=2, overrides=overrides, runs_dir=runs, log=lambda *_: None)
+        return run_reproduction(tmp_path / "out", "quick", models=["bert", "mux-bert-2"], tasks=["sentiment", "ner"],
+                                seeds=2, overrides=overrides, runs_dir=runs, log=lambda *_: None)
 
     def trained(stage):
         path = runs / stage if stage.endswith(".json") else runs / stage / "train_results.json"
@@ -233,8 +239,14 @@ def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_p
     before = {stage: trained(stage) for stage in ("bert/2-pretrain", "bert/3-ner", "mux-bert-2/1-retrieval",
                                                   "mux-bert-2/2-pretrain", "mux-bert-2/3-ner",
                                                   "mux-bert-2/eval-ner.json")}
-    rerun(MICRO)
+    assert all("wall_minutes" in row for row in micro_run[1]["rows"].values())
+    results = rerun(MICRO)
     assert {stage: trained(stage) for stage in before} == before
+    # every stage marked reused, so no row claims this run's few seconds as its wall time
+    assert all(stage["reused"] for key in results["models"] for name, stage in results["training"][key].items()
+               if name != "wall_seconds")
+    assert not any("wall_minutes" in row for row in results["rows"].values())
+    assert "| train min | wall min |" not in (tmp_path / "out" / "table.md").read_text()
     # The auxiliary retrieval loss only concerns MUX models: BERT keeps all its stages. (Unset,
     # the tiny recipe gives MUX pre-training r = 0.2: another value is a change.)
     rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.5})
@@ -301,6 +313,7 @@ def test_a_stopped_stage_continues_from_its_checkpoint_only_with_its_settings_an
     from muxplm import provenance
     from muxplm.bench import reproduce
     from muxplm.training import TrainConfig
+    from muxplm.training.checkpoint import read_state
     from muxplm.training.loop import _Loop
 
     settings = dict(stage="mlm", preset="tiny", max_length=32, batch_size=8, corpus_sources=["moby_dick"],
@@ -326,8 +339,11 @@ def test_a_stopped_stage_continues_from_its_checkpoint_only_with_its_settings_an
         return tmp_path / name
 
     stage = stopped("stage")
+    before_stop = read_state(tmp_path / ".stage.training" / "checkpoint-4")["train_seconds"]
     summary = reproduce._run(TrainConfig(output_dir=str(stage), **settings))
     assert summary["resumed_from_step"] == 4 and summary["final_step"] == 6
+    # its training time is both sessions', to the checkpoint it resumed from
+    assert before_stop > 0 and summary["train_seconds"] == pytest.approx(before_stop + summary["session_seconds"])
     expected, resumed = load_file(whole / "model.safetensors"), load_file(stage / "model.safetensors")
     assert expected.keys() == resumed.keys() and all(torch.equal(expected[k], resumed[k]) for k in expected)
     assert not list(stage.glob("checkpoint-*")) and not (tmp_path / ".stage.training").exists()
@@ -665,6 +681,19 @@ def test_a_row_fine_tuned_a_few_tasks_a_session_merges_when_its_pretraining_is_t
         assert merged["rows"][key]["wall_minutes"] == pytest.approx(2 * whole["training"][key]["wall_seconds"] / 60)
     assert merged["rows"]["mux-bert-2"]["retention"] == pytest.approx(whole["rows"]["mux-bert-2"]["retention"])
     assert set(merged["throughput"]) == {"sentence", "token"}
+
+    def reused_pretraining(results):  # the token part found the pre-training the sentence part trained
+        for key in results["models"]:
+            results["training"][key]["mlm"]["reused"] = True
+    merged = merge_reproductions([sentence, part("reused", "ner", "token", reused_pretraining)], tmp_path / "m1",
+                                 log=lambda *_: None)
+    assert not merged["training"]["bert"]["mlm"].get("reused") and "wall_minutes" in merged["rows"]["bert"]
+    # a part without a row's wall time (an earlier merge's, or made before wall times were kept)
+    unwalled = part("unwalled", "ner", "token", lambda results: results["training"]["bert"].pop("wall_seconds"))
+    merged = merge_reproductions([sentence, unwalled], tmp_path / "m4", log=lambda *_: None)
+    assert "wall_minutes" not in merged["rows"]["bert"] and "wall_minutes" in merged["rows"]["mux-bert-2"]
+    merged = merge_reproductions([unwalled, sentence], tmp_path / "m5", log=lambda *_: None)
+    assert "wall_minutes" not in merged["rows"]["bert"]
 
     def other_pretraining(results):
         results["training"]["mux-bert-2"]["mlm"]["final_loss"] += 0.01

@@ -220,7 +220,8 @@ def _run(config: TrainConfig) -> dict[str, Any]:
         publish(training, folder)  # a run stopped between training the stage and publishing it
     if _finished_with(config):
         shutil.rmtree(training, ignore_errors=True)  # what a stopped run left of a replacement
-        return json.loads((folder / "train_results.json").read_text())
+        # marked, not saved: this run's wall time does not hold the stage's training
+        return json.loads((folder / "train_results.json").read_text()) | {"reused": True}
     resume = training.is_dir() and _resumable(replace(config, output_dir=str(training)))
     if not resume:
         shutil.rmtree(training, ignore_errors=True)
@@ -379,8 +380,9 @@ def summarize_results(models: list[str], tasks: list[str], evaluations: dict[str
                       training: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Per model: per task mean/std/max (in points), sentence/token averages, retention against
     its N = 1 row, throughput gain against the N = 1 row (per head) and, given the stage
-    summaries, the minutes its stages trained (reused stages count what they took when trained),
-    all from the measured values passed in."""
+    summaries, the minutes its stages trained (reused stages count what they took when trained)
+    and, where it holds all of that training (:func:`_wall_is_whole`), the row's wall time, all
+    from the measured values passed in."""
     rows: dict[str, dict[str, Any]] = {}
     for key in models:
         scores = {}
@@ -401,9 +403,8 @@ def summarize_results(models: list[str], tasks: list[str], evaluations: dict[str
         if training and key in training:
             row["train_minutes"] = sum(stage.get("train_seconds") or 0 for stage in training[key].values()
                                        if isinstance(stage, dict)) / 60
-            if training[key].get("wall_seconds") is not None:
-                # the row's whole time in the run(s) that made it: training, evaluation, and a
-                # reused stage's check only
+            if _wall_is_whole(training[key]):
+                # the row's whole time in the run(s) that made it: training and evaluation
                 row["wall_minutes"] = training[key]["wall_seconds"] / 60
         rows[key] = row
     for key, row in rows.items():
@@ -490,6 +491,18 @@ def _ordering_checks(rows: dict[str, dict]) -> list[dict[str, Any]]:
                            message=f"{'ok    ' if met else 'MISSED'} {rows[ahead]['label']} ahead of "
                                    f"{rows[behind]['label']} on {group} tasks: {first:.1f} vs {second:.1f}"))
     return checks
+
+
+def _wall_is_whole(stages: dict[str, Any]) -> bool:
+    """Whether a row's recorded wall time holds all of its training. Not when a stage was reused
+    from an earlier run or resumed after a stop (that run's time is not in it), nor when a merged
+    part recorded no wall time; records older than these marks give themselves away by a wall time
+    shorter than the training it would include."""
+    wall = stages.get("wall_seconds")
+    trained = [stage for stage in stages.values() if isinstance(stage, dict)]
+    return (wall is not None
+            and not any(stage.get("reused") or stage.get("resumed_from_step") for stage in trained)
+            and wall >= sum(stage.get("train_seconds") or 0 for stage in trained))
 
 
 def table1_markdown(rows: dict[str, dict], tasks: list[str]) -> str:
@@ -712,10 +725,15 @@ def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=pri
                 evaluations.setdefault(key, {})[task] = result
             if key in training:
                 _check_same_pretraining(key, training[key], stages, folder)
-            training.setdefault(key, {}).update(
-                {name: stage for name, stage in stages.items() if name != "wall_seconds"})
-            if stages.get("wall_seconds") is not None:  # a row made in several parts took all of their time
-                training[key]["wall_seconds"] = training[key].get("wall_seconds", 0.0) + stages["wall_seconds"]
+            merged = training.setdefault(key, {})
+            for name, stage in stages.items():
+                # a stage one part trained and another reused: the record of its training
+                if name != "wall_seconds" and (name not in merged or merged[name].get("reused")):
+                    merged[name] = stage
+            # A row made in several parts took all of their time; a part without one leaves it unknown.
+            earlier = merged.get("wall_seconds", 0.0)
+            merged["wall_seconds"] = None if earlier is None or stages.get("wall_seconds") is None \
+                else earlier + stages["wall_seconds"]
             for head in part["throughput"]:
                 kept = folder / "configs" / f"{key}-{head}"
                 if not (kept / "config.json").is_file():
@@ -774,7 +792,8 @@ def _check_same_pretraining(key: str, earlier: dict[str, Any], stages: dict[str,
 
 
 def _brief(summary: dict[str, Any]) -> dict[str, Any]:
-    keep = ("final_step", "final_loss", "eval", "train_seconds", "train_samples_per_s", "code")
+    keep = ("final_step", "final_loss", "eval", "train_seconds", "train_samples_per_s", "code", "resumed_from_step",
+            "reused")
     # the step whose weights a best-on-dev stage ended with (its point on the length grid)
     best = (summary.get("best_checkpoint") or {}).get("step")
     return {key: summary.get(key) for key in keep} | ({"best_step": best} if best is not None else {})

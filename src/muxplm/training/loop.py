@@ -292,12 +292,15 @@ class _Loop:
         self.last_eval: dict[str, float] | None = None
         self.last_eval_step: int | None = None
         # Early stopping: the best score so far and the evaluations since it (kept in checkpoints)
-        saved = ckpt.read_state(run.resume_from).get("patience", {}) if run.resume_from is not None else {}
-        self.best_score: float | None = saved.get("best")
-        self.evals_since_best: int = saved.get("evals_since_best", 0)
+        resumed = ckpt.read_state(run.resume_from) if run.resume_from is not None else {}
+        self.best_score: float | None = resumed.get("patience", {}).get("best")
+        self.evals_since_best: int = resumed.get("patience", {}).get("evals_since_best", 0)
         self.first_batch_ids: list[int] | None = None
         self.losses: list[float] = []
         self.start_step, self.started = self.step, time.perf_counter()
+        # The training time of the sessions before this one, to their last checkpoint (kept in
+        # checkpoints), so that a resumed stage reports all of its training, not only its last session's
+        self.earlier_seconds: float = resumed.get("train_seconds") or 0.0
         # What the stage started from and the code training it, in each checkpoint too: a driver
         # resumes a stopped stage only when both are still those it asks for.
         self.provenance = {"source_hash": source_hash(),
@@ -387,7 +390,7 @@ class _Loop:
                  "world_size": self.world, "samples_seen": self.step * self.samples_per_step,
                  "config": self.config.to_dict(), "last_eval": self.last_eval, "score": self.score(),
                  "patience": {"best": self.best_score, "evals_since_best": self.evals_since_best},
-                 **self.provenance}
+                 "train_seconds": self.earlier_seconds + time.perf_counter() - self.started, **self.provenance}
         final = save_checkpoint(self.accelerator, self.model, self.optimizer, self.scheduler, self.run.tokenizer,
                                 self.output_dir, state, self.config.save_total_limit)
         self.log.write({"kind": "checkpoint", "step": self.step, "path": str(final)})
@@ -397,7 +400,7 @@ class _Loop:
         """The summary, and the final model (or the best checkpoint's, with --load-best-at-end)
         published at the top of the output folder."""
         accelerator, run = self.accelerator, self.run
-        train_seconds = time.perf_counter() - self.started
+        session_seconds = time.perf_counter() - self.started
         unwrapped = accelerator.unwrap_model(self.model)
         first_ids = gather_object([list(self.first_batch_ids or [])])
         # Every rank's sum of its weights: equal on all ranks when gradients were synchronised.
@@ -406,8 +409,9 @@ class _Loop:
         done = self.step - self.start_step
         summary = {
             "stage": self.config.stage, "final_step": self.step, "total_steps": self.total_steps,
-            "resumed_from_step": self.start_step, "world_size": self.world, "train_seconds": train_seconds,
-            "train_samples_per_s": done * self.samples_per_step / max(train_seconds, 1e-9),
+            "resumed_from_step": self.start_step, "world_size": self.world,
+            "train_seconds": self.earlier_seconds + session_seconds, "session_seconds": session_seconds,
+            "train_samples_per_s": done * self.samples_per_step / max(session_seconds, 1e-9),
             "final_loss": self.losses[-1] if self.losses else None, "eval": self.last_eval,
             "stopped_early": self.out_of_patience() and self.step < self.total_steps,
             "first_batch_ids_per_rank": first_ids, "weight_sum_per_rank": weight_sums,
