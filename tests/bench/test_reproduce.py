@@ -732,30 +732,44 @@ def test_the_paper_script_merges_the_parts_in_so_far(micro_run, tmp_path):
     assert done.returncode == 2 and "no parts under" in done.stderr
 
 
-def test_the_ner_plateau_script_fine_tunes_a_row_again_with_one_setting_changed(micro_run, tmp_path):
-    """`bash benchmarks/run_stable_ner_plateau.sh`: a row's NER fine-tuning again from its encoder,
-    one setting changed and every other one the row's, scored and plotted beside the row's run."""
+def test_the_finetune_again_script_runs_a_row_again_with_settings_changed(micro_run, tmp_path):
+    """`bash benchmarks/run_stable_finetune_again.sh`: a row's fine-tuning on a task again from its
+    encoder, the settings of a variant changed and every other one the row's, scored as the row's
+    own run is and plotted beside it."""
     import os
     import subprocess
     import sys
 
     runs = micro_run[0].parent / "runs"
-    out = tmp_path / "plateau"
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "run_stable_ner_plateau.sh"
-    env = dict(os.environ, ROW="mux-bert-2", VARIANTS="lr=0.0003", CODE="", RUNS=str(runs), OUT=str(out),
+    out = tmp_path / "again"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "run_stable_finetune_again.sh"
+    env = dict(os.environ, ROW="mux-bert-2", VARIANTS="lr=0.0003,seed=1 lr=0.0003", CODE="", RUNS=str(runs), OUT=str(out),
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     table = json.loads((runs / "mux-bert-2" / "3-ner" / "train_config.json").read_text())
-    again = json.loads((out / "mux-bert-2-lr0.0003-config.json").read_text())
-    assert again["lr"] == 0.0003 != table["lr"] and again["init"] == table["init"]
-    assert {k: v for k, v in again.items() if k not in ("lr", "output_dir")} == \
-        {k: v for k, v in table.items() if k not in ("lr", "output_dir")}
-    scored = json.loads((out / "mux-bert-2-lr0.0003-eval.json").read_text())
-    assert scored["task"] == "ner" and len(scored["seeds"]) == 5
+    again = json.loads((out / "mux-bert-2-lr0.0003-seed1-config.json").read_text())
+    assert again["lr"] == 0.0003 != table["lr"] and again["seed"] == 1 != table["seed"]
+    assert again["init"] == table["init"]
+    changed = ("lr", "seed", "output_dir")
+    assert {k: v for k, v in again.items() if k not in changed} == {k: v for k, v in table.items() if k not in changed}
+    for name in ("mux-bert-2-lr0.0003-seed1-eval.json", "mux-bert-2-table-eval.json"):
+        scored = json.loads((out / name).read_text())
+        assert scored["task"] == "ner" and len(scored["seeds"]) == 5 and "changed_across_seeds" in scored
+    # the table's run scored by this evaluation gives the figure the table has
+    assert json.loads((out / "mux-bert-2-table-eval.json").read_text())["summary"]["main"]["mean"] == \
+        pytest.approx(micro_run[1]["evaluations"]["mux-bert-2"]["ner"]["summary"]["main"]["mean"])
     assert (out / "mux-bert-2-table.jsonl").read_text() == (runs / "mux-bert-2" / "3-ner" / "log.jsonl").read_text()
-    assert all((out / name).stat().st_size > 0 for name in ("mux-bert-2-lr0.0003.jsonl", "ner-f1.png",
+    assert all((out / name).stat().st_size > 0 for name in ("mux-bert-2-lr0.0003-seed1.jsonl", "ner-f1.png",
                                                             "ner-train-loss.png"))
+    summary = (out / "ner-again.md").read_text()
+    assert "| mux-bert-2-table | (the table's run) |" in summary
+    assert "| mux-bert-2-lr0.0003-seed1 | lr=0.0003, seed=1 |" in summary
+    # grouped by the settings other than the seed: the two lr runs, their mean and range
+    seeds = [json.loads((out / f"mux-bert-2-{name}-eval.json").read_text()) for name in ("lr0.0003", "lr0.0003-seed1")]
+    scores = [100 * scored["summary"]["main"]["mean"] for scored in seeds]
+    assert (f"| mux-bert-2 | lr=0.0003 | 2 (0, 1) | {sum(scores) / 2:.1f} ({min(scores):.1f}-{max(scores):.1f}) |"
+            in summary)
     done = subprocess.run(["bash", str(script)], env=dict(env, ROW="no-such-row"), capture_output=True, text=True)
     assert done.returncode == 2 and "train the row first" in done.stderr
 
