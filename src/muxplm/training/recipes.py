@@ -234,7 +234,7 @@ REPRODUCTION_PRESETS["gpu"].update(
 # 21-26 / 36-48 % to 4-7 / 3-15 % at N = 2 / 5, the token ones to 1-2.4 %, and retention rose to
 # meet every target of the paper's rows at N = 2 / 5 / 10. Composition consistency (weight 4) on
 # the sentence tasks then took trec to 5.0 / 3.9 % for MUX-BERT (4.1-5.0 % over three data-order
-# seeds at N = 2, where weight 2 spans 4.3-9.3 %: paper-stable/trec-consistency) and
+# seeds at N = 2, where weight 2 spans 4.3-9.3 %: paper-stable/trec-seeds) and
 # 3.3 / 4.5 % for MUX-ELECTRA, whose N = 2 sentiment went from 5.8 to 3.7 %. The price is a layer
 # per input: 1.8x / 2.5x / 3.1x where every layer on the mixture runs at 2.3x / 5.2x / 10x (tiny
 # model, CPU). Rows with one input ignore both.
