@@ -29,8 +29,9 @@ def load_runs(folder: Path) -> list[dict]:
         runs.append(dict(name=name, config=json.loads(config.read_text()), eval=json.loads(scored.read_text()),
                          table=name.endswith("-table")))
     tables = {run["name"][: -len("-table")]: run["config"] for run in runs if run["table"]}
+    longest_first = sorted(tables, key=len, reverse=True)  # a run belongs to the longest row name it starts with
     for run in runs:
-        row = next((r for r in sorted(tables, key=len, reverse=True) if run["name"].startswith(r + "-")), None)
+        row = next((r for r in longest_first if run["name"].startswith(r + "-")), None)
         if row is None:
             raise SystemExit(f"{run['name']}: no table run of its row in the folder (ROW-table-config.json)")
         base = tables[row]
