@@ -15,6 +15,7 @@ from muxplm.bench.reproduce import (
     finetune_model,
     resolve_models,
     resolve_recipe,
+    report_text,
     run_reproduction,
     summarize_results,
     table1_markdown,
@@ -555,6 +556,10 @@ def test_parts_run_apart_merge_into_one_table_timed_side_by_side(micro_run, tmp_
         assert set(merged["throughput"][head]) == {"bert", "mux-bert-2", "mux-bert-5"}
         assert all(m["samples_per_s"] > 0 for m in merged["throughput"][head].values())
     assert (tmp_path / "merged" / "table.md").read_text().count("\n") == 2 + 3
+    # Its log names its own minutes as the timing's, not the reproduction's.
+    assert report_text(merged).splitlines()[0].endswith(
+        f"3 models x 2 tasks, merged from 2 parts and timed in {merged['wall_seconds'] / 60:.1f} min")
+    assert report_text(first_results).splitlines()[0].endswith(f"tasks, {first_results['wall_seconds'] / 60:.1f} min")
     assert (tmp_path / "merged" / "configs" / "mux-bert-5-token" / "config.json").is_file()  # merged again later
     # A row rebuilt from its kept config has its checkpoint's architecture (so its speed).
     kept = first / "configs" / "mux-bert-2-token"

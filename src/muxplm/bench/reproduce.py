@@ -829,8 +829,12 @@ def write_outputs(root: Path, results: dict[str, Any], records: list[dict]) -> d
 
 def report_text(results: dict[str, Any]) -> str:
     """What the CLI prints: the table, the targets with their verdict, lottery and ensemble."""
+    minutes = results["wall_seconds"] / 60
+    # A merge's own time is its timing only; the rows' training is in their train minutes.
+    took = (f"merged from {len(results['merged_from'])} parts and timed in {minutes:.1f} min"
+            if results.get("merged_from") else f"{minutes:.1f} min")
     lines = [f"Reproduction ({results['preset']} recipe), {len(results['models'])} models x "
-             f"{len(results['tasks'])} tasks, {results['wall_seconds'] / 60:.1f} min", "",
+             f"{len(results['tasks'])} tasks, {took}", "",
              table1_markdown(results["rows"], results["tasks"]), "", "Targets:"]
     lines += ["  " + check["message"] for check in results["checks"]] or ["  (no targeted model in this run)"]
     met = sum(c["met"] for c in results["checks"])
