@@ -9,6 +9,13 @@
 #   bash benchmarks/run_reproduce_gpu.sh                       # every row of `--models paper`
 #   ROWS="bert mux-bert-2" bash benchmarks/run_reproduce_gpu.sh --set finetune.consistency_weight=4
 #   STABLE=1 bash benchmarks/run_reproduce_gpu.sh                # `--gpu --stable`, into paper-gpu-stable
+#   STABLE=1 ROWS="bert mux-bert-2" bash benchmarks/run_reproduce_gpu.sh; STABLE=1 ROWS=... ; ...
+#   STABLE=1 MERGE=1 bash benchmarks/run_reproduce_gpu.sh        # every part in RESULTS/parts, merged again
+#
+# A run's merge takes every part in RESULTS/parts, its own and those of earlier runs into the same
+# RESULTS, so a table too long for one call of the device (at most 10 minutes a command) can be
+# trained a few ROWS a call with one code, and the last call's table has them all (the merge refuses
+# parts trained by another code or recipe). MERGE=1 only merges, timing every row on DEVICE.
 #
 # The two GPU tables committed so far ran the `full` preset with settings given by hand (before the
 # `gpu` preset was this rule); the same runs again:
@@ -39,6 +46,18 @@ RESULTS=${RESULTS:-$DEFAULT_RESULTS}
 DEVICE=${DEVICE:-cuda}
 PARALLEL=${PARALLEL:-16}  # runs at a time (the H200 machine has 16 CPU cores)
 RECIPE=(--"$PRESET" ${STABLE:+--stable} --device "$DEVICE" --threads 1 --set 'throughput.clock="wall"')
+merge() {  # every part in RESULTS/parts; replaces the committed log only when the merge has succeeded
+    shopt -s nullglob
+    local parts=("$RESULTS"/parts/*/) log
+    [ "${#parts[@]}" -gt 0 ] || { echo "no parts under $RESULTS/parts to merge" >&2; exit 2; }
+    log=$(mktemp)
+    python3 -m muxplm reproduce --merge "${parts[@]}" --device "$DEVICE" --output-dir "$RESULTS" | tee "$log"
+    mv "$log" "$RESULTS/log.txt"
+}
+if [ -n "${MERGE:-}" ]; then
+    merge
+    exit 0
+fi
 mkdir -p "$RUNS/logs" "$RESULTS/parts"
 started="$RUNS/logs/.started"
 touch "$started"
@@ -68,16 +87,12 @@ for key in $ROWS; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done  # a failed part stops the script (set -e)
 trap - EXIT
-parts=()
 for name in "${names[@]}"; do
     rm -rf "$RESULTS/parts/$name"
     cp -r "$RUNS/part-$name" "$RESULTS/parts/$name"
     cp "$RUNS/logs/$name.log" "$RESULTS/parts/$name/log.txt"
-    parts+=("$RESULTS/parts/$name")
 done
 python3 benchmarks/experiments/plot_length_grid.py --runs "$RUNS" --out "$RESULTS/length-grid" > /dev/null
-log=$(mktemp)  # replaces the committed log only when the merge has succeeded
-python3 -m muxplm reproduce --merge "${parts[@]}" --output-dir "$RESULTS" | tee "$log"
-mv "$log" "$RESULTS/log.txt"
+merge
 exit
 }

@@ -711,8 +711,14 @@ def test_a_row_fine_tuned_a_few_tasks_a_session_merges_when_its_pretraining_is_t
 
 
 
-def test_the_paper_script_merges_the_parts_in_so_far(micro_run, tmp_path):
-    """`MERGE=1 bash benchmarks/run_reproduce_paper.sh`: every part under OUT/parts in one table."""
+@pytest.mark.parametrize("script, results_variable, settings", [
+    ("run_reproduce_paper.sh", "OUT", {}),
+    # on the GPU's script the merge times the rows on DEVICE, here the CPU
+    ("run_reproduce_gpu.sh", "RESULTS", {"DEVICE": "cpu", "STABLE": "1"}),
+])
+def test_the_paper_scripts_merge_the_parts_in_so_far(micro_run, tmp_path, script, results_variable, settings):
+    """`MERGE=1 bash benchmarks/run_reproduce_paper.sh` (or `_gpu.sh`): every part under the
+    results folder's parts/ in one table, those of earlier runs included."""
     import os
     import shutil
     import subprocess
@@ -721,8 +727,9 @@ def test_the_paper_script_merges_the_parts_in_so_far(micro_run, tmp_path):
     first, _ = micro_run
     out = tmp_path / "paper"
     shutil.copytree(first, out / "parts" / "shard-0")
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "run_reproduce_paper.sh"
-    env = dict(os.environ, MERGE="1", OUT=str(out), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / script
+    env = dict(os.environ, MERGE="1", **{results_variable: str(out)}, **settings,
+               PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "results.json").read_text())["models"] == ["bert", "mux-bert-2"]
