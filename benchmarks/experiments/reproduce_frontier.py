@@ -14,15 +14,27 @@ rows.jsonl and a plain config of the encoder's shape to OUT, and runs pareto.py 
 paper's retention targets (speed: each shape with random weights, one thread, round robin).
 
 ``--variant NAME=RUNS:RESULTS`` (repeatable) adds the family's MUX rows of a re-run with another
-recipe (one unmuxed layer, say) as rows ``KEY-NAME``: their fp32 scores from RESULTS, their int8
-copies scored from the checkpoints in RUNS, their shape (unmuxed layers included) timed with the
-rest. A row's tasks may come from several re-runs of one NAME (sentence and token tasks apart).
+recipe (one unmuxed layer, say, or fewer layers: ``model_overrides.num_hidden_layers``) as rows
+``KEY-NAME``: their fp32 scores from RESULTS, their int8 copies scored from the checkpoints in
+RUNS, their shape (unmuxed layers and layer count included) timed with the rest. A row's tasks may
+come from several re-runs of one NAME (sentence and token tasks apart).
+
+``--scored FRONTIER_DIR`` takes the N = 1 row, its cuts, the table's rows and their int8 copies as
+an earlier run of this script scored them (its rows.jsonl and encoder shape), so that variants can
+join a frontier whose checkpoints are gone: only the variants are scored, and every shape is timed
+again side by side.
+
+    python3 benchmarks/experiments/reproduce_frontier.py --scored benchmarks/results/reproduce/paper-stable/frontier-bert \
+        --results benchmarks/results/reproduce/paper-stable --family bert \
+        --variant l1=runs/stable-l1:benchmarks/results/reproduce/paper-stable/stacked-l1 \
+        --out benchmarks/results/reproduce/paper-stable/stacked-l1/frontier
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -81,7 +93,8 @@ def variant_rows(specs: list[str], base: str) -> list[dict]:
                 raise SystemExit(f"reproduce_frontier.py: {key} in {folder} is not a main MUX row: pareto.py "
                                  f"times the Gaussian multiplexer and unbinding demultiplexer only")
             rows += [dict(row=f"{key}-{name}", key=key, task=task, score=score, runs=runs, recipe=recipe,
-                          num_instances=row["num_instances"], unmuxed=recipe["retrieval"].get("num_unmuxed_layers", 0))
+                          num_instances=row["num_instances"], unmuxed=recipe["retrieval"].get("num_unmuxed_layers", 0),
+                          keep=recipe["model_overrides"].get("num_hidden_layers"))
                      for task, score in row["scores"].items()]
     if len({(r["row"], r["task"]) for r in rows}) < len(rows):
         raise SystemExit("reproduce_frontier.py: two --variant results score one row on the same task")
@@ -154,7 +167,7 @@ def plain_config(checkpoint: Path, out: Path) -> Path:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", required=True, help="the reproduction's runs folder (its checkpoints)")
+    parser.add_argument("--runs", help="the reproduction's runs folder (its checkpoints); not with --scored")
     parser.add_argument("--results", required=True, help="the reproduction's results folder (results.json)")
     parser.add_argument("--family", default="bert", help="the N = 1 row the MUX rows are measured against")
     parser.add_argument("--keep", default="2,1", help="the cuts: layers kept, comma-separated")
@@ -165,32 +178,25 @@ def main(argv=None) -> int:
     parser.add_argument("--variant", action="append", default=[], metavar="NAME=RUNS:RESULTS",
                         help="the family's MUX rows of a re-run (its results folder, its checkpoints in RUNS), "
                              "as rows KEY-NAME; repeatable")
+    parser.add_argument("--scored", metavar="FRONTIER_DIR",
+                        help="an earlier run's output: its rows as scored there, only the variants scored now")
     args = parser.parse_args(argv)
-    runs, out = Path(args.runs), Path(args.out)
+    if bool(args.runs) == bool(args.scored):
+        parser.error("give --runs (train and score the cuts and int8 copies) or --scored (take them as scored)")
+    out = Path(args.out)
     results = json.loads((Path(args.results) / "results.json").read_text())
-    recipe, keys = results["recipe"], family_rows(results, args.family)
-    tasks = results["tasks"]
-    check_runs_match(runs, results, keys)
     variants = variant_rows(args.variant, args.family)
     for v in variants:
         check_scores(Path(v["runs"]), v["key"], {v["task"]: v["score"]})
-    layers = json.loads((runs / args.family / f"3-{tasks[0]}" / "config.json").read_text())["num_hidden_layers"]
-    keeps = sorted({int(k) for k in args.keep.split(",") if k}, reverse=True)
-    if any(not 1 <= k < layers for k in keeps):
-        raise SystemExit(f"reproduce_frontier.py: --keep takes layer counts in [1, {layers - 1}], got {args.keep}")
-    # The table's MUX rows run as many layers per input as its recipe primed them with (the
-    # stable preset's one), which is the shape pareto.py times.
-    unmuxed = {key: recipe["retrieval"].get("num_unmuxed_layers", 0) if results["rows"][key]["num_instances"] > 1 else 0
-               for key in keys}
-    entries = [entry(key, task, "fp32", results["rows"][key]["num_instances"], None, score, unmuxed[key])
-               for key in keys for task, score in results["rows"][key]["scores"].items()]
-    entries += [entry(v["row"], v["task"], "fp32", v["num_instances"], None, v["score"], v["unmuxed"])
+    if args.scored:
+        scored = Path(args.scored)
+        entries = [json.loads(line) for line in (scored / "rows.jsonl").read_text().splitlines() if line]
+        jobs = []
+    else:
+        entries, jobs = table_rows(Path(args.runs), results, args.family, args.keep)
+    entries += [entry(v["row"], v["task"], "fp32", v["num_instances"], v["keep"], v["score"], v["unmuxed"])
                 for v in variants]
-    # (job, row name, N, unmuxed layers) per training or evaluation
-    jobs = [(("cut", str(runs), recipe, args.family, task, keep), None, 1, 0) for keep in keeps for task in tasks]
-    jobs += [(("int8", str(runs), recipe, key, task, None), key, results["rows"][key]["num_instances"], unmuxed[key])
-             for key in keys for task in tasks]
-    jobs += [(("int8", v["runs"], v["recipe"], v["key"], v["task"], None), v["row"], v["num_instances"], v["unmuxed"])
+    jobs += [(("int8", v["runs"], v["recipe"], v["key"], v["task"], v["keep"]), v["row"], v["num_instances"], v["unmuxed"])
              for v in variants]
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         futures = [(pool.submit(_job, *job), name, num_instances, unmuxed) for job, name, num_instances, unmuxed in jobs]
@@ -202,12 +208,38 @@ def main(argv=None) -> int:
                 print(f"{name or row} {task} {precision}: {entries[-1]['mean']:.1f}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "rows.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
-    encoder = plain_config(runs / args.family / f"3-{tasks[0]}", out / "encoder")
+    if args.scored:  # the plain config pareto.py builds every shape from, as the earlier run wrote it
+        encoder = Path(shutil.copytree(Path(args.scored) / "encoder", out / "encoder", dirs_exist_ok=True))
+    else:
+        encoder = plain_config(Path(args.runs) / args.family / f"3-{results['tasks'][0]}", out / "encoder")
     sys.path.insert(0, str(Path(__file__).resolve().parent))  # pareto.py, its neighbour
     import pareto
+    recipe = results["recipe"]
     return pareto.main(["--rows", str(out / "rows.jsonl"), "--out", str(out), "--encoder", str(encoder),
                         "--name", f"{results['rows'][args.family]['label']} ({recipe['preset']})",
                         "--targets", "paper", "--trials", str(args.trials), "--batches", str(args.batches)])
+
+
+def table_rows(runs: Path, results: dict, family: str, keep: str) -> tuple[list[dict], list[tuple]]:
+    """The table's fp32 rows of the family, and the jobs that train and score its cuts and score
+    every row's int8 copy, from the checkpoints in ``runs``."""
+    recipe, keys, tasks = results["recipe"], family_rows(results, family), results["tasks"]
+    check_runs_match(runs, results, keys)
+    layers = json.loads((runs / family / f"3-{tasks[0]}" / "config.json").read_text())["num_hidden_layers"]
+    keeps = sorted({int(k) for k in keep.split(",") if k}, reverse=True)
+    if any(not 1 <= k < layers for k in keeps):
+        raise SystemExit(f"reproduce_frontier.py: --keep takes layer counts in [1, {layers - 1}], got {keep}")
+    # The table's MUX rows run as many layers per input as its recipe primed them with (the
+    # stable preset's one), which is the shape pareto.py times.
+    unmuxed = {key: recipe["retrieval"].get("num_unmuxed_layers", 0) if results["rows"][key]["num_instances"] > 1 else 0
+               for key in keys}
+    entries = [entry(key, task, "fp32", results["rows"][key]["num_instances"], None, score, unmuxed[key])
+               for key in keys for task, score in results["rows"][key]["scores"].items()]
+    # (job, row name, N, unmuxed layers) per training or evaluation
+    jobs = [(("cut", str(runs), recipe, family, task, kept), None, 1, 0) for kept in keeps for task in tasks]
+    jobs += [(("int8", str(runs), recipe, key, task, None), key, results["rows"][key]["num_instances"], unmuxed[key])
+             for key in keys for task in tasks]
+    return entries, jobs
 
 
 if __name__ == "__main__":

@@ -143,3 +143,27 @@ def test_a_table_trained_with_unmuxed_layers_is_timed_at_its_shape(frontier, tmp
     assert {e["unmuxed"] for e in entries if e["row"] == "mux-bert-2"} == {1}
     assert {e["unmuxed"] for e in entries if e["row"] != "mux-bert-2"} == {0}
     assert "N2-K1-L2" in json.loads((tmp_path / "out" / "results.json").read_text())["speeds"]
+
+
+def test_a_variant_with_fewer_layers_joins_an_earlier_frontier_as_scored(frontier, tmp_path):
+    """Multiplexing stacked on a cut: a re-run whose model has one layer (`model_overrides`) joins
+    the rows an earlier run scored (`--scored`: its rows.jsonl and encoder shape, no checkpoints of
+    theirs needed), timed at its own layer count beside them."""
+    root, script, args = frontier
+    one_layer = {**MICRO, "model_overrides": {**MICRO["model_overrides"], "num_hidden_layers": 1}}
+    run_reproduction(tmp_path / "results", "quick", models=["mux-bert-2"], tasks=["sentiment"], seeds=2,
+                     overrides=one_layer, runs_dir=tmp_path / "runs", log=lambda *_: None)
+    earlier = (root / "out" / "rows.jsonl").read_text().splitlines()
+    stacked = ["--scored", str(root / "out"), "--results", str(root / "results"), "--out", str(tmp_path / "out"),
+               "--jobs", "1", "--trials", "1", "--batches", "1", "--variant", f"l1={tmp_path / 'runs'}:{tmp_path / 'results'}"]
+    assert script.main(stacked) == 0
+    lines = (tmp_path / "out" / "rows.jsonl").read_text().splitlines()
+    assert lines[:len(earlier)] == earlier  # the earlier rows as they were scored
+    joined = [json.loads(line) for line in lines[len(earlier):]]
+    assert {(e["row"], e["precision"], e["keep"]) for e in joined} == {("mux-bert-2-l1", "fp32", 1),
+                                                                        ("mux-bert-2-l1", "int8", 1)}
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {"N1-K0-L2", "N1-K0-L1", "N2-K0-L2", "N2-K0-L1"} == set(results["speeds"])
+    assert results["rows"]["mux-bert-2-l1"]["layers"] == 1 and results["rows"]["bert"]["speedup"] == 1.0
+    with pytest.raises(SystemExit):  # the rows come from checkpoints or from an earlier run, not both
+        script.main([*stacked, "--runs", str(root / "runs")])
