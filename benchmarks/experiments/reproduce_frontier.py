@@ -165,6 +165,28 @@ def plain_config(checkpoint: Path, out: Path) -> Path:
     return out
 
 
+def table_rows(runs: Path, results: dict, family: str, keep: str) -> tuple[list[dict], list[tuple]]:
+    """The table's fp32 rows of the family, and the jobs that train and score its cuts and score
+    every row's int8 copy, from the checkpoints in ``runs``."""
+    recipe, keys, tasks = results["recipe"], family_rows(results, family), results["tasks"]
+    check_runs_match(runs, results, keys)
+    layers = json.loads((runs / family / f"3-{tasks[0]}" / "config.json").read_text())["num_hidden_layers"]
+    keeps = sorted({int(k) for k in keep.split(",") if k}, reverse=True)
+    if any(not 1 <= k < layers for k in keeps):
+        raise SystemExit(f"reproduce_frontier.py: --keep takes layer counts in [1, {layers - 1}], got {keep}")
+    # The table's MUX rows run as many layers per input as its recipe primed them with (the
+    # stable preset's one), which is the shape pareto.py times.
+    unmuxed = {key: recipe["retrieval"].get("num_unmuxed_layers", 0) if results["rows"][key]["num_instances"] > 1 else 0
+               for key in keys}
+    entries = [entry(key, task, "fp32", results["rows"][key]["num_instances"], None, score, unmuxed[key])
+               for key in keys for task, score in results["rows"][key]["scores"].items()]
+    # (job, row name, N, unmuxed layers) per training or evaluation
+    jobs = [(("cut", str(runs), recipe, family, task, kept), None, 1, 0) for kept in keeps for task in tasks]
+    jobs += [(("int8", str(runs), recipe, key, task, None), key, results["rows"][key]["num_instances"], unmuxed[key])
+             for key in keys for task in tasks]
+    return entries, jobs
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", help="the reproduction's runs folder (its checkpoints); not with --scored")
@@ -218,28 +240,6 @@ def main(argv=None) -> int:
     return pareto.main(["--rows", str(out / "rows.jsonl"), "--out", str(out), "--encoder", str(encoder),
                         "--name", f"{results['rows'][args.family]['label']} ({recipe['preset']})",
                         "--targets", "paper", "--trials", str(args.trials), "--batches", str(args.batches)])
-
-
-def table_rows(runs: Path, results: dict, family: str, keep: str) -> tuple[list[dict], list[tuple]]:
-    """The table's fp32 rows of the family, and the jobs that train and score its cuts and score
-    every row's int8 copy, from the checkpoints in ``runs``."""
-    recipe, keys, tasks = results["recipe"], family_rows(results, family), results["tasks"]
-    check_runs_match(runs, results, keys)
-    layers = json.loads((runs / family / f"3-{tasks[0]}" / "config.json").read_text())["num_hidden_layers"]
-    keeps = sorted({int(k) for k in keep.split(",") if k}, reverse=True)
-    if any(not 1 <= k < layers for k in keeps):
-        raise SystemExit(f"reproduce_frontier.py: --keep takes layer counts in [1, {layers - 1}], got {keep}")
-    # The table's MUX rows run as many layers per input as its recipe primed them with (the
-    # stable preset's one), which is the shape pareto.py times.
-    unmuxed = {key: recipe["retrieval"].get("num_unmuxed_layers", 0) if results["rows"][key]["num_instances"] > 1 else 0
-               for key in keys}
-    entries = [entry(key, task, "fp32", results["rows"][key]["num_instances"], None, score, unmuxed[key])
-               for key in keys for task, score in results["rows"][key]["scores"].items()]
-    # (job, row name, N, unmuxed layers) per training or evaluation
-    jobs = [(("cut", str(runs), recipe, family, task, kept), None, 1, 0) for kept in keeps for task in tasks]
-    jobs += [(("int8", str(runs), recipe, key, task, None), key, results["rows"][key]["num_instances"], unmuxed[key])
-             for key in keys for task in tasks]
-    return entries, jobs
 
 
 if __name__ == "__main__":
