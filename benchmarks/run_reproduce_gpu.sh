@@ -46,14 +46,8 @@ RESULTS=${RESULTS:-$DEFAULT_RESULTS}
 DEVICE=${DEVICE:-cuda}
 PARALLEL=${PARALLEL:-16}  # runs at a time (the H200 machine has 16 CPU cores)
 RECIPE=(--"$PRESET" ${STABLE:+--stable} --device "$DEVICE" --threads 1 --set 'throughput.clock="wall"')
-merge() {  # every part in RESULTS/parts; replaces the committed log only when the merge has succeeded
-    shopt -s nullglob
-    local parts=("$RESULTS"/parts/*/) log
-    [ "${#parts[@]}" -gt 0 ] || { echo "no parts under $RESULTS/parts to merge" >&2; exit 2; }
-    log=$(mktemp)
-    python3 -m muxplm reproduce --merge "${parts[@]}" --device "$DEVICE" --output-dir "$RESULTS" | tee "$log"
-    mv "$log" "$RESULTS/log.txt"
-}
+source benchmarks/merge_parts.sh
+merge() { merge_parts "$RESULTS" --device "$DEVICE"; }  # every part in RESULTS/parts, timed on DEVICE
 if [ -n "${MERGE:-}" ]; then
     merge
     exit 0

@@ -35,17 +35,12 @@ CODE=${CODE:-}
 CHECKOUT_PYTHONPATH=${PYTHONPATH:-}
 [ "$PRESET" != gpu ] || { echo "on a GPU: bash benchmarks/run_reproduce_gpu.sh" >&2; exit 2; }
 muxplm() { python3 -m muxplm "$@"; }
+source benchmarks/merge_parts.sh
 merge() {  # with this checkout's code, whatever commit trained the parts
-    shopt -s nullglob
-    local parts=("$OUT"/parts/*/)
-    [ "${#parts[@]}" -gt 0 ] || { echo "no parts under $OUT/parts to merge" >&2; exit 2; }
-    local log
-    log=$(mktemp)  # replaces the committed log only when the merge has succeeded
     # Nine round-robin trials a row and their median: the recipe's three trials' mean moved a row's
     # speed-up by up to a third between merges on this 2-core VM (MUX-BERT N = 10: 3.12x, 3.03x, 2.40x).
-    PYTHONPATH="$CHECKOUT_PYTHONPATH" python3 -m muxplm reproduce --merge "${parts[@]}" --threads 1 \
-        --set throughput.trials=9 --set throughput.statistic=median --output-dir "$OUT" | tee "$log"
-    mv "$log" "$OUT/log.txt"
+    PYTHONPATH="$CHECKOUT_PYTHONPATH" merge_parts "$OUT" --threads 1 \
+        --set throughput.trials=9 --set throughput.statistic=median
 }
 if [ -n "${MERGE:-}" ]; then
     merge
