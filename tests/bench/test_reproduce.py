@@ -356,11 +356,10 @@ def test_a_stopped_stage_continues_from_its_checkpoint_only_with_its_settings_an
     assert reproduce._run(TrainConfig(output_dir=str(newer), **settings))["resumed_from_step"] == 0
 
 
-@pytest.mark.parametrize("preset", ["quick", "full", "gpu", "convert"])
-def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path, monkeypatch):
-    """The recipes too long to run in the suite (the full CPU one, the GPU one) still hand every
-    model's every stage settings that the training code accepts, with the retrieval loss only
-    where there is something to retrieve."""
+@pytest.fixture
+def stage_settings(monkeypatch):
+    """Every stage's TrainConfig, checked valid, from a reproduction that trains, scores and times
+    nothing (the recipes too long to run in the suite)."""
     from muxplm.bench import reproduce
     from muxplm.training.config import validate
 
@@ -388,6 +387,17 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
     monkeypatch.setattr(reproduce, "_run", fake_run)
     monkeypatch.setattr(reproduce, "evaluate", fake_evaluate)
     monkeypatch.setattr(reproduce, "measure_side_by_side", fake_throughput)
+    return stages
+
+
+@pytest.mark.parametrize("preset", ["quick", "full", "gpu", "convert"])
+def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path, stage_settings):
+    """The recipes too long to run in the suite (the full CPU one, the GPU one) still hand every
+    model's every stage settings that the training code accepts, with the retrieval loss only
+    where there is something to retrieve."""
+    from muxplm.bench import reproduce
+
+    stages = stage_settings
     results = run_reproduction(tmp_path, preset, device="cpu", log=lambda *_: None)
     if preset == "convert":
         assert list(results["rows"]) == reproduce.CONVERT_MODELS
@@ -432,6 +442,16 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
             if preset == "full" and task == "sentiment":
                 assert stage.max_train_examples == (2000 if model.warm_start else None)
                 assert stage.load_best_at_end and stage.eval_steps == stage.save_steps < stage.max_steps
+
+
+@pytest.mark.parametrize("asked, trained", [("bf16", "bf16"), ("fp16", "no"), ("auto", "no"), ("no", "no")])
+def test_a_cpu_run_trains_every_stage_in_bf16_only_where_asked(asked, trained, tmp_path, stage_settings):
+    """bf16 autocast is a CPU's half precision (AVX-512 BF16 runs it natively); a GPU recipe's fp16
+    or auto trains in float32 there, and timing stays float32 either way."""
+    results = run_reproduction(tmp_path, "stable", models=["bert", "mux-bert-2"], tasks=["trec"], device="cpu",
+                               overrides={"mixed_precision": asked}, log=lambda *_: None)
+    assert {c.mixed_precision for c in stage_settings} == {trained} and len(stage_settings) == 5  # BERT: 2 stages, MUX-BERT: 3
+    assert results["recipe"]["mixed_precision"] == trained and results["recipe"]["throughput"]["dtype"] == "float32"
 
 
 def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path):

