@@ -1,0 +1,89 @@
+"""Two runs of the reproduction side by side, row by row: each row's scores, retention, the share of
+sentence predictions the composition changes, and its training minutes in both, with the
+differences and the ratio of the minutes. For a recipe change meant to keep the table and save
+time (bf16 on the CPU against the float32 table), it says how much was saved and what it cost.
+
+    python3 benchmarks/experiments/compare_reproductions.py BASE/results.json OTHER/results.json \
+        --labels fp32,bf16 --output OTHER/against-base.md
+
+Only the rows both runs trained are compared; the minutes are each row's own training (process
+time of its stages), as `table.md` reports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+SENTENCE_TASKS = ("sentiment", "trec")
+
+
+def row_figures(row: dict) -> dict:
+    """What the comparison reads of one row of a reproduction's ``results.json``."""
+    retention = row.get("retention") or {}
+    changed = [row["scores"][task].get("changed_across_seeds") for task in SENTENCE_TASKS if task in row["scores"]]
+    changed = [share for share in changed if share is not None]
+    return dict(sentence=row.get("sentence_avg"), token=row.get("token_avg"),
+                sentence_retention=retention.get("sentence_avg"), token_retention=retention.get("token_avg"),
+                changed=max(changed) if changed and row.get("num_instances", 1) > 1 else None,
+                minutes=row.get("train_minutes"))
+
+
+def compare(base: dict, other: dict) -> list[dict]:
+    """One entry per row both runs have, in the base run's order."""
+    common = [key for key in base["rows"] if key in other["rows"]]
+    if not common:
+        raise SystemExit("the two runs have no row in common")
+    return [dict(key=key, label=base["rows"][key].get("label", key), base=row_figures(base["rows"][key]),
+                 other=row_figures(other["rows"][key])) for key in common]
+
+
+def _pair(a, b, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
+    if a is None or b is None:
+        return "-"
+    return f"{a * scale:.{digits}f}{suffix} / {b * scale:.{digits}f}{suffix} ({(b - a) * scale:+.{digits}f})"
+
+
+def markdown(rows: list[dict], labels: tuple[str, str]) -> str:
+    first, second = labels
+    lines = [f"| row | sentence avg {first} / {second} | token avg | sentence retention | token retention | "
+             f"most sentence predictions changed | train min | {second} / {first} min |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        a, b = row["base"], row["other"]
+        ratio = f"{b['minutes'] / a['minutes']:.2f}" if a["minutes"] and b["minutes"] else "-"
+        lines.append(f"| {row['label']} | {_pair(a['sentence'], b['sentence'])} | {_pair(a['token'], b['token'])} | "
+                     f"{_pair(a['sentence_retention'], b['sentence_retention'], 100, suffix=' %')} | "
+                     f"{_pair(a['token_retention'], b['token_retention'], 100, suffix=' %')} | "
+                     f"{_pair(a['changed'], b['changed'], 100, suffix=' %')} | "
+                     f"{_pair(a['minutes'], b['minutes'], digits=0)} | {ratio} |")
+    timed = [row for row in rows if row["base"]["minutes"] and row["other"]["minutes"]]
+    if timed:
+        total_a = sum(row["base"]["minutes"] for row in timed)
+        total_b = sum(row["other"]["minutes"] for row in timed)
+        lines.append("")
+        lines.append(f"These {len(timed)} rows: {total_a:.0f} min of training ({first}) against {total_b:.0f} "
+                     f"({second}), {total_b / total_a:.2f} of the time.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("base", help="the reference run's results.json")
+    parser.add_argument("other", help="the changed run's results.json")
+    parser.add_argument("--labels", default="base,other", help="two names for the columns, comma-separated")
+    parser.add_argument("--output", help="also write the table here (markdown)")
+    args = parser.parse_args(argv)
+    labels = tuple(args.labels.split(","))
+    if len(labels) != 2:
+        parser.error("--labels takes two names, comma-separated")
+    rows = compare(json.loads(Path(args.base).read_text()), json.loads(Path(args.other).read_text()))
+    text = markdown(rows, labels)
+    print(text, end="")
+    if args.output:
+        Path(args.output).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

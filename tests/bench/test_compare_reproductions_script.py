@@ -1,0 +1,44 @@
+"""benchmarks/experiments/compare_reproductions.py: two runs of the reproduction, row by row."""
+
+import json
+
+import pytest
+
+from script_testing import load_script
+
+
+@pytest.fixture(scope="module")
+def script():
+    return load_script("compare_reproductions")
+
+
+def _row(label, n, sentence, minutes, changed=(0.02, 0.05)):
+    scores = {task: {"mean": sentence, "changed_across_seeds": share if n > 1 else None}
+              for task, share in zip(("sentiment", "trec"), changed)}
+    return dict(label=label, num_instances=n, scores=scores, sentence_avg=sentence, token_avg=50.0,
+                retention={"sentence_avg": sentence / 80.0, "token_avg": 1.0}, train_minutes=minutes)
+
+
+def test_rows_both_runs_trained_are_set_side_by_side_with_their_minutes(script, tmp_path, capsys):
+    base = {"rows": {"bert": _row("BERT", 1, 80.0, 40.0), "mux-bert-2": _row("MUX-BERT N=2", 2, 79.0, 30.0),
+                     "tmux-2": _row("T-MUX N=2", 2, 78.0, 60.0)}}
+    other = {"rows": {"mux-bert-2": _row("MUX-BERT N=2", 2, 78.5, 20.0, changed=(0.03, 0.04)),
+                      "bert": _row("BERT", 1, 80.0, 25.0)}}
+    rows = script.compare(base, other)
+    assert [row["key"] for row in rows] == ["bert", "mux-bert-2"]  # the base run's order, common rows only
+    assert rows[1]["base"]["changed"] == 0.05 and rows[1]["other"]["changed"] == 0.04  # the worse sentence task
+    assert rows[0]["base"]["changed"] is None  # one input: nothing to change
+    paths = []
+    for name, run in (("base", base), ("other", other)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(run))
+    script.main([str(paths[0]), str(paths[1]), "--labels", "fp32,bf16", "--output", str(tmp_path / "t.md")])
+    text = (tmp_path / "t.md").read_text()
+    assert text == capsys.readouterr().out
+    assert "| MUX-BERT N=2 | 79.0 / 78.5 (-0.5) |" in text and "| 30 / 20 (-10) | 0.67 |" in text
+    assert "These 2 rows: 70 min of training (fp32) against 45 (bf16), 0.64 of the time." in text
+
+
+def test_runs_without_a_common_row_are_refused(script):
+    with pytest.raises(SystemExit, match="no row in common"):
+        script.compare({"rows": {"bert": _row("BERT", 1, 80.0, 1.0)}}, {"rows": {"electra": _row("E", 1, 80.0, 1.0)}})
