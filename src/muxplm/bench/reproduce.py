@@ -680,8 +680,8 @@ def _stage_codes(training: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
 
 def _precision_on(device: str, mixed_precision: str) -> str:
     """A recipe's training precision on ``device``: a GPU recipe's fp16 / auto train in float32 on
-    a CPU, while bf16 asked for stays (CPU autocast: 1.5-1.8x a tiny row's fine-tuning step on a
-    CPU with AVX-512 BF16, benchmarks/README.md; slower than float32 where the CPU lacks it)."""
+    a CPU, while bf16 asked for stays (CPU autocast, native on CPUs with AVX-512 BF16 or AMX: the
+    stable table's BERT and ELECTRA rows trained in 0.6-0.7x the time, benchmarks/README.md)."""
     if device.startswith("cuda") or mixed_precision == "bf16":
         return mixed_precision
     return "no"
