@@ -7,12 +7,15 @@ time (bf16 on the CPU against the float32 table), it says how much was saved and
         --labels fp32,bf16 --output OTHER/against-base.md
 
 Only the rows both runs trained are compared; the minutes are each row's own training (process
-time of its stages), as `table.md` reports them.
+time of its stages), as `table.md` reports them. The last lines say what the rows would take on
+`--lanes` shards side by side (the reproduction's shards, longest row first, each row's wall
+minutes), and the merge that times them all, where a run was merged from shards.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 from pathlib import Path
 
@@ -27,7 +30,16 @@ def row_figures(row: dict) -> dict:
     return dict(sentence=row.get("sentence_avg"), token=row.get("token_avg"),
                 sentence_retention=retention.get("sentence_avg"), token_retention=retention.get("token_avg"),
                 changed=max(changed) if changed and row.get("num_instances", 1) > 1 else None,
-                minutes=row.get("train_minutes"))
+                minutes=row.get("train_minutes"), wall=row.get("wall_minutes"))
+
+
+def lanes_minutes(minutes: list[float], lanes: int) -> float:
+    """Wall minutes of rows run ``lanes`` at a time, each started on the first free lane, longest
+    first (a greedy schedule, within 4/3 of the best one)."""
+    finish = [0.0] * lanes
+    for length in sorted(minutes, reverse=True):
+        heapq.heapreplace(finish, finish[0] + length)
+    return max(finish)
 
 
 def compare(base: dict, other: dict) -> list[dict]:
@@ -45,7 +57,12 @@ def _pair(a, b, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
     return f"{a * scale:.{digits}f}{suffix} / {b * scale:.{digits}f}{suffix} ({(b - a) * scale:+.{digits}f})"
 
 
-def markdown(rows: list[dict], labels: tuple[str, str]) -> str:
+def _merge_minutes(run: dict) -> float | None:
+    return run["wall_seconds"] / 60 if run.get("merged_from") and run.get("wall_seconds") else None
+
+
+def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
+             merge_minutes: tuple[float | None, float | None] = (None, None)) -> str:
     first, second = labels
     lines = [f"| row | sentence avg {first} / {second} | token avg | sentence retention | token retention | "
              f"most sentence predictions changed | train min | {second} / {first} min |",
@@ -65,6 +82,15 @@ def markdown(rows: list[dict], labels: tuple[str, str]) -> str:
         lines.append("")
         lines.append(f"These {len(timed)} rows: {total_a:.0f} min of training ({first}) against {total_b:.0f} "
                      f"({second}), {total_b / total_a:.2f} of the time.")
+    walled = [row for row in rows if row["base"]["wall"] and row["other"]["wall"]]
+    if walled:
+        hours = []
+        for side, label, merge in zip(("base", "other"), labels, merge_minutes):
+            lane_minutes = lanes_minutes([row[side]["wall"] for row in walled], lanes)
+            merged = f" + {merge:.0f} min of merge = {(lane_minutes + merge) / 60:.1f} h" if merge else ""
+            hours.append(f"{lane_minutes / 60:.1f} h ({label}){merged}")
+        lines.append(f"On {lanes} shards side by side, longest row first, their wall minutes take "
+                     f"{' against '.join(hours)}.")
     return "\n".join(lines) + "\n"
 
 
@@ -73,13 +99,17 @@ def main(argv=None) -> None:
     parser.add_argument("base", help="the reference run's results.json")
     parser.add_argument("other", help="the changed run's results.json")
     parser.add_argument("--labels", default="base,other", help="two names for the columns, comma-separated")
+    parser.add_argument("--lanes", type=int, default=2, help="shards side by side for the wall-time estimate")
     parser.add_argument("--output", help="also write the table here (markdown)")
     args = parser.parse_args(argv)
     labels = tuple(args.labels.split(","))
     if len(labels) != 2:
         parser.error("--labels takes two names, comma-separated")
-    rows = compare(json.loads(Path(args.base).read_text()), json.loads(Path(args.other).read_text()))
-    text = markdown(rows, labels)
+    if args.lanes < 1:
+        parser.error("--lanes must be at least 1")
+    base, other = (json.loads(Path(path).read_text()) for path in (args.base, args.other))
+    rows = compare(base, other)
+    text = markdown(rows, labels, args.lanes, (_merge_minutes(base), _merge_minutes(other)))
     print(text, end="")
     if args.output:
         Path(args.output).write_text(text)

@@ -16,14 +16,16 @@ def _row(label, n, sentence, minutes, changed=(0.02, 0.05)):
     scores = {task: {"mean": sentence, "changed_across_seeds": share if n > 1 else None}
               for task, share in zip(("sentiment", "trec"), changed)}
     return dict(label=label, num_instances=n, scores=scores, sentence_avg=sentence, token_avg=50.0,
-                retention={"sentence_avg": sentence / 80.0, "token_avg": 1.0}, train_minutes=minutes)
+                retention={"sentence_avg": sentence / 80.0, "token_avg": 1.0}, train_minutes=minutes,
+                wall_minutes=minutes + 1.0)
 
 
 def test_rows_both_runs_trained_are_set_side_by_side_with_their_minutes(script, tmp_path, capsys):
     base = {"rows": {"bert": _row("BERT", 1, 80.0, 40.0), "mux-bert-2": _row("MUX-BERT N=2", 2, 79.0, 30.0),
                      "tmux-2": _row("T-MUX N=2", 2, 78.0, 60.0)}}
     other = {"rows": {"mux-bert-2": _row("MUX-BERT N=2", 2, 78.5, 20.0, changed=(0.03, 0.04)),
-                      "bert": _row("BERT", 1, 80.0, 25.0)}}
+                      "bert": _row("BERT", 1, 80.0, 25.0)},
+             "merged_from": ["shard-0", "shard-1"], "wall_seconds": 600.0}
     rows = script.compare(base, other)
     assert [row["key"] for row in rows] == ["bert", "mux-bert-2"]  # the base run's order, common rows only
     assert rows[1]["base"]["changed"] == 0.05 and rows[1]["other"]["changed"] == 0.04  # the worse sentence task
@@ -37,6 +39,17 @@ def test_rows_both_runs_trained_are_set_side_by_side_with_their_minutes(script, 
     assert text == capsys.readouterr().out
     assert "| MUX-BERT N=2 | 79.0 / 78.5 (-0.5) |" in text and "| 30 / 20 (-10) | 0.67 |" in text
     assert "These 2 rows: 70 min of training (fp32) against 45 (bf16), 0.64 of the time." in text
+    # two lanes: each row on its own, the longer one sets the time; the merge only where merged
+    assert "their wall minutes take 0.7 h (fp32) against 0.4 h (bf16) + 10 min of merge = 0.6 h." in text
+    script.main([str(paths[0]), str(paths[1]), "--lanes", "1"])
+    assert "take 1.2 h (base) against 0.8 h (other) + 10 min" in capsys.readouterr().out
+
+
+def test_rows_are_packed_onto_lanes_longest_first(script):
+    assert script.lanes_minutes([10.0, 30.0, 20.0], 2) == 30.0
+    assert script.lanes_minutes([10.0, 30.0, 20.0], 1) == 60.0
+    # greedy, not the best packing (9: 5 + 4 against 3 + 3 + 3), but within 4/3 of it
+    assert script.lanes_minutes([3.0, 5.0, 3.0, 4.0, 3.0], 2) == 10.0
 
 
 def test_runs_without_a_common_row_are_refused(script):
