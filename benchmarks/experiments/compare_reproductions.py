@@ -82,14 +82,18 @@ def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
         lines.append("")
         lines.append(f"These {len(timed)} rows: {total_a:.0f} min of training ({first}) against {total_b:.0f} "
                      f"({second}), {total_b / total_a:.2f} of the time.")
-    walled = [row for row in rows if row["base"]["wall"] and row["other"]["wall"]]
-    if walled:
-        hours = []
-        for side, label, merge in zip(("base", "other"), labels, merge_minutes):
-            lane_minutes = lanes_minutes([row[side]["wall"] for row in walled], lanes)
-            merged = f" + {merge:.0f} min of merge = {(lane_minutes + merge) / 60:.1f} h" if merge else ""
-            hours.append(f"{lane_minutes / 60:.1f} h ({label}){merged}")
-        lines.append(f"On {lanes} shards side by side, longest row first, their wall minutes take "
+    hours = []
+    for side, label, merge in zip(("base", "other"), labels, merge_minutes):
+        walls = [row[side]["wall"] for row in rows if row[side]["wall"]]
+        if not walls:
+            continue
+        lane_minutes = lanes_minutes(walls, lanes)
+        # a row without wall minutes (stages reused from an earlier run) is left out, and said so
+        some = f", {len(walls)} of the {len(rows)} rows" if len(walls) < len(rows) else ""
+        merged = f" + {merge:.0f} min of merge = {(lane_minutes + merge) / 60:.1f} h" if merge else ""
+        hours.append(f"{lane_minutes / 60:.1f} h ({label}{some}){merged}")
+    if hours:
+        lines.append(f"On {lanes} shards side by side, longest row first, the rows' wall minutes take "
                      f"{' against '.join(hours)}.")
     return "\n".join(lines) + "\n"
 

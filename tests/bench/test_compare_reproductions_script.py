@@ -40,9 +40,14 @@ def test_rows_both_runs_trained_are_set_side_by_side_with_their_minutes(script, 
     assert "| MUX-BERT N=2 | 79.0 / 78.5 (-0.5) |" in text and "| 30 / 20 (-10) | 0.67 |" in text
     assert "These 2 rows: 70 min of training (fp32) against 45 (bf16), 0.64 of the time." in text
     # two lanes: each row on its own, the longer one sets the time; the merge only where merged
-    assert "their wall minutes take 0.7 h (fp32) against 0.4 h (bf16) + 10 min of merge = 0.6 h." in text
+    assert "wall minutes take 0.7 h (fp32) against 0.4 h (bf16) + 10 min of merge = 0.6 h." in text
     script.main([str(paths[0]), str(paths[1]), "--lanes", "1"])
     assert "take 1.2 h (base) against 0.8 h (other) + 10 min" in capsys.readouterr().out
+    # a row whose wall minutes are blank (its stages reused) is left out of its side only, and said so
+    base["rows"]["bert"]["wall_minutes"] = None
+    paths[0].write_text(json.dumps(base))
+    script.main([str(paths[0]), str(paths[1])])
+    assert "take 0.5 h (base, 1 of the 2 rows) against 0.4 h (other) + 10 min" in capsys.readouterr().out
 
 
 def test_rows_are_packed_onto_lanes_longest_first(script):
