@@ -82,7 +82,7 @@ def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
         lines.append("")
         lines.append(f"These {len(timed)} rows: {total_a:.0f} min of training ({first}) against {total_b:.0f} "
                      f"({second}), {total_b / total_a:.2f} of the time.")
-    hours = []
+    hours, bounds = [], []
     for side, label, merge in zip(("base", "other"), labels, merge_minutes):
         walls = [row[side]["wall"] for row in rows if row[side]["wall"]]
         if not walls:
@@ -92,9 +92,12 @@ def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
         some = f", {len(walls)} of the {len(rows)} rows" if len(walls) < len(rows) else ""
         merged = f" + {merge:.0f} min of merge = {(lane_minutes + merge) / 60:.1f} h" if merge else ""
         hours.append(f"{lane_minutes / 60:.1f} h ({label}{some}){merged}")
+        # no schedule beats an even split of the same minutes
+        bounds.append(f"{sum(walls):.0f} min, {sum(walls) / lanes / 60:.2f} h ({label})")
     if hours:
         lines.append(f"On {lanes} shards side by side, longest row first, the rows' wall minutes take "
                      f"{' against '.join(hours)}.")
+        lines.append(f"Split evenly, at best: {' against '.join(bounds)}, before any merge.")
     return "\n".join(lines) + "\n"
 
 
