@@ -9,7 +9,8 @@ time (bf16 on the CPU against the float32 table), it says how much was saved and
 Only the rows both runs trained are compared; the minutes are each row's own training (process
 time of its stages), as `table.md` reports them. The last lines say what the rows would take on
 `--lanes` shards side by side (the reproduction's shards, longest row first, each row's wall
-minutes), and the merge that times them all, where a run was merged from shards.
+minutes), and the merge that times them all, where a run was merged from shards; where a run has
+rows the other lacks, one more line says the same of all its rows (its whole run).
 """
 
 from __future__ import annotations
@@ -51,6 +52,12 @@ def compare(base: dict, other: dict) -> list[dict]:
                  other=row_figures(other["rows"][key])) for key in common]
 
 
+def only_in(run: dict, other: dict) -> list[dict]:
+    """The rows of ``run`` that ``other`` lacks, as the comparison reads them, with their labels."""
+    return [dict(key=key, label=row.get("label", key), **row_figures(row))
+            for key, row in run["rows"].items() if key not in other["rows"]]
+
+
 def _pair(a, b, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
     if a is None or b is None:
         return "-"
@@ -62,7 +69,8 @@ def _merge_minutes(run: dict) -> float | None:
 
 
 def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
-             merge_minutes: tuple[float | None, float | None] = (None, None)) -> str:
+             merge_minutes: tuple[float | None, float | None] = (None, None),
+             extra: tuple[list[dict], list[dict]] = ((), ())) -> str:
     first, second = labels
     lines = [f"| row | sentence avg {first} / {second} | token avg | sentence retention | token retention | "
              f"most sentence predictions changed | train min | {second} / {first} min |",
@@ -98,6 +106,15 @@ def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
         lines.append(f"On {lanes} shards side by side, longest row first, the rows' wall minutes take "
                      f"{' against '.join(hours)}.")
         lines.append(f"Split evenly, at best: {' against '.join(bounds)}, before any merge.")
+    for side, label, merge, more in zip(("base", "other"), labels, merge_minutes, extra):
+        walls = [row[side]["wall"] for row in rows if row[side]["wall"]] + [row["wall"] for row in more if row["wall"]]
+        if not more or not walls:
+            continue
+        lane_minutes = lanes_minutes(walls, lanes)
+        merged = f" + {merge:.0f} min of merge = {(lane_minutes + merge) / 60:.1f} h" if merge else ""
+        lines.append(f"All of {label}'s rows with wall minutes ({len(walls)}; also {', '.join(r['label'] for r in more)}): "
+                     f"{lane_minutes / 60:.1f} h longest row first{merged}; split evenly, "
+                     f"{sum(walls):.0f} min, {sum(walls) / lanes / 60:.2f} h.")
     return "\n".join(lines) + "\n"
 
 
@@ -116,7 +133,8 @@ def main(argv=None) -> None:
         parser.error("--lanes must be at least 1")
     base, other = (json.loads(Path(path).read_text()) for path in (args.base, args.other))
     rows = compare(base, other)
-    text = markdown(rows, labels, args.lanes, (_merge_minutes(base), _merge_minutes(other)))
+    text = markdown(rows, labels, args.lanes, (_merge_minutes(base), _merge_minutes(other)),
+                    (only_in(base, other), only_in(other, base)))
     print(text, end="")
     if args.output:
         Path(args.output).write_text(text)

@@ -42,6 +42,10 @@ def test_rows_both_runs_trained_are_set_side_by_side_with_their_minutes(script, 
     # two lanes: each row on its own, the longer one sets the time; the merge only where merged
     assert "wall minutes take 0.7 h (fp32) against 0.4 h (bf16) + 10 min of merge = 0.6 h." in text
     assert "Split evenly, at best: 72 min, 0.60 h (fp32) against 47 min, 0.39 h (bf16), before any merge." in text
+    # a row only one run has (the base's T-MUX) is not compared but counts in its run's whole-run line
+    assert "| T-MUX" not in text and "bf16's rows" not in text
+    assert "All of fp32's rows with wall minutes (3; also T-MUX N=2): 1.2 h longest row first; " \
+           "split evenly, 133 min, 1.11 h." in text
     script.main([str(paths[0]), str(paths[1]), "--lanes", "1"])
     assert "take 1.2 h (base) against 0.8 h (other) + 10 min" in capsys.readouterr().out
     # a row whose wall minutes are blank (its stages reused) is left out of its side only, and said so
