@@ -61,8 +61,10 @@ if [ "$PRESET" = stable ]; then
     # One row a shard: a session runs what fits, PARALLEL at a time, and the parts accumulate.
     # MUX-BERT / MUX-ELECTRA at N = 2 / 5 / 10 took 31-41 min of training each (two side by side,
     # 2026-11-28); the N = 1 rows are as under `full` (the levers do not apply to them).
+    # The larger size (17-19) as under `full`: its N = 1 row's tasks over two shards.
     SHARDS=(bert mux-bert-2 mux-bert-5 mux-bert-10 electra mux-electra-2 mux-electra-5 mux-electra-10
-            tmux-2 tmux-5 tmux-10 prefix-2 prefix-5 prefix-10 contextual-2 contextual-5 contextual-10)
+            tmux-2 tmux-5 tmux-10 prefix-2 prefix-5 prefix-10 contextual-2 contextual-5 contextual-10
+            "bert-small@sentiment,trec" "bert-small@pos,ner" mux-bert-small-2)
 else
     SHARDS=(
         "bert,mux-bert-10"
