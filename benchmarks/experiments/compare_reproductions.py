@@ -54,7 +54,7 @@ def compare(base: dict, other: dict) -> list[dict]:
 
 def only_in(run: dict, other: dict) -> list[dict]:
     """The rows of ``run`` that ``other`` lacks, as the comparison reads them, with their labels."""
-    return [dict(key=key, label=row.get("label", key), **row_figures(row))
+    return [dict(label=row.get("label", key), **row_figures(row))
             for key, row in run["rows"].items() if key not in other["rows"]]
 
 
@@ -66,6 +66,12 @@ def _pair(a, b, scale: float = 1.0, digits: int = 1, suffix: str = "") -> str:
 
 def _merge_minutes(run: dict) -> float | None:
     return run["wall_seconds"] / 60 if run.get("merged_from") and run.get("wall_seconds") else None
+
+
+def _schedule(walls: list[float], lanes: int, merge: float | None) -> tuple[float, str]:
+    """The rows' minutes on the lanes, longest first, and the merge added where the run was merged."""
+    lane_minutes = lanes_minutes(walls, lanes)
+    return lane_minutes, f" + {merge:.0f} min of merge = {(lane_minutes + merge) / 60:.1f} h" if merge else ""
 
 
 def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
@@ -91,14 +97,14 @@ def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
         lines.append(f"These {len(timed)} rows: {total_a:.0f} min of training ({first}) against {total_b:.0f} "
                      f"({second}), {total_b / total_a:.2f} of the time.")
     hours, bounds = [], []
+    # a row without wall minutes (stages reused from an earlier run) is left out, and said so
+    walls_of = {side: [row[side]["wall"] for row in rows if row[side]["wall"]] for side in ("base", "other")}
     for side, label, merge in zip(("base", "other"), labels, merge_minutes):
-        walls = [row[side]["wall"] for row in rows if row[side]["wall"]]
+        walls = walls_of[side]
         if not walls:
             continue
-        lane_minutes = lanes_minutes(walls, lanes)
-        # a row without wall minutes (stages reused from an earlier run) is left out, and said so
+        lane_minutes, merged = _schedule(walls, lanes, merge)
         some = f", {len(walls)} of the {len(rows)} rows" if len(walls) < len(rows) else ""
-        merged = f" + {merge:.0f} min of merge = {(lane_minutes + merge) / 60:.1f} h" if merge else ""
         hours.append(f"{lane_minutes / 60:.1f} h ({label}{some}){merged}")
         # no schedule beats an even split of the same minutes
         bounds.append(f"{sum(walls):.0f} min, {sum(walls) / lanes / 60:.2f} h ({label})")
@@ -107,11 +113,10 @@ def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
                      f"{' against '.join(hours)}.")
         lines.append(f"Split evenly, at best: {' against '.join(bounds)}, before any merge.")
     for side, label, merge, more in zip(("base", "other"), labels, merge_minutes, extra):
-        walls = [row[side]["wall"] for row in rows if row[side]["wall"]] + [row["wall"] for row in more if row["wall"]]
+        walls = walls_of[side] + [row["wall"] for row in more if row["wall"]]
         if not more or not walls:
             continue
-        lane_minutes = lanes_minutes(walls, lanes)
-        merged = f" + {merge:.0f} min of merge = {(lane_minutes + merge) / 60:.1f} h" if merge else ""
+        lane_minutes, merged = _schedule(walls, lanes, merge)
         lines.append(f"All of {label}'s rows with wall minutes ({len(walls)}; also {', '.join(r['label'] for r in more)}): "
                      f"{lane_minutes / 60:.1f} h longest row first{merged}; split evenly, "
                      f"{sum(walls):.0f} min, {sum(walls) / lanes / 60:.2f} h.")
