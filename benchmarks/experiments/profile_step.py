@@ -1,6 +1,8 @@
 """Where a training run's CPU time goes, by PyTorch operator: any `muxplm` command run under
 torch.profiler, its operators ranked by their own CPU time (the profiler's overhead included,
-so shares, not absolute times, are the figure to quote).
+so shares, not absolute times, are the figure to quote). For one inference forward pass of a
+model, by stage and operator, `muxplm bench profile --operators` is the tool; this one covers a
+whole command, training included.
 
     OMP_NUM_THREADS=1 python3 benchmarks/experiments/profile_step.py \\
         --output benchmarks/results/reproduce/paper-stable/bf16/step-checks/profile-bert-bf16 -- \\
