@@ -9,7 +9,9 @@ accuracy of always guessing the most frequent one).
 A checkpoint whose loss sits near the unigram cross-entropy has learned little context, so its
 upper layers (and pre-training itself) have little to add to a fine-tuning that starts from it.
 A MUX checkpoint's held-out loss also holds its retrieval term, so for it only the accuracy is
-compared.
+compared. Beside them, how alike the encoder's outputs are: the mean cosine between its final
+vectors at two positions of one held-out block. At 1.0 it gives every token the same vector (it
+only predicts word frequencies), and a fine-tuning has nothing to start from.
 """
 
 from __future__ import annotations
@@ -39,18 +41,50 @@ def unigram_scores(train_ids, held_out_ids, special: set[int]) -> dict[str, floa
     return {"loss": loss / seen, "accuracy": hits / seen, "tokens": seen, "train_tokens": total}
 
 
+def output_similarity(encoder, blocks, tokenizer, batch_size: int = 40) -> float:
+    """Mean cosine between ``encoder``'s final outputs at two different real (non-special)
+    positions of one block, averaged over ``blocks`` (lists of token ids). ``batch_size`` must be a
+    multiple of a MUX encoder's N, whose forward groups consecutive inputs."""
+    import torch
+
+    special = torch.tensor(sorted(tokenizer.all_special_ids))
+    means = []
+    with torch.no_grad():
+        for start in range(0, len(blocks), batch_size):
+            batch = tokenizer.pad({"input_ids": [list(ids) for ids in blocks[start:start + batch_size]]},
+                                  return_tensors="pt")
+            hidden = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+            real = batch["attention_mask"].bool() & ~torch.isin(batch["input_ids"], special)
+            for vectors, keep in zip(hidden, real):
+                unit = torch.nn.functional.normalize(vectors[keep].float(), dim=-1)
+                count = unit.shape[0]
+                if count > 1:  # every pair of two positions, each position's match with itself left out
+                    means.append(((unit @ unit.T).sum() - count).item() / (count * (count - 1)))
+    if not means:
+        raise ValueError("no block has two real tokens to compare")
+    return sum(means) / len(means)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoints", nargs="+", help="pre-training stage folders (train_config.json, train_results.json)")
     parser.add_argument("--output", required=True)
+    parser.add_argument("--similarity-blocks", type=int, default=200,
+                        help="held-out blocks the outputs' similarity is measured on (0: not measured)")
+    parser.add_argument("--initial", action="store_true",
+                        help="also measure the similarity of each checkpoint's model freshly initialised (seed 0)")
     args = parser.parse_args(argv)
 
+    import torch
+    from transformers import AutoConfig, AutoModel
+
+    import muxplm  # noqa: F401  (registers the MUX models with the Auto classes)
     from muxplm.training.config import TrainConfig
     from muxplm.training.inputs import pretraining_blocks
     from muxplm.training.models import tokenizer_for
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    rows, unigram = {}, {}
+    rows, unigram, held_out_ids = {}, {}, {}
     for folder in map(Path, args.checkpoints):
         saved = json.loads((folder / "train_config.json").read_text())
         config = TrainConfig(**{k: v for k, v in saved.items() if k in fields})
@@ -61,6 +95,7 @@ def main(argv=None) -> int:
         if key not in unigram:  # the same corpus gives the same blocks and held-out split
             train, held_out = pretraining_blocks(config, tokenizer)
             unigram[key] = unigram_scores(train["input_ids"], held_out["input_ids"], set(tokenizer.all_special_ids))
+            held_out_ids[key] = held_out["input_ids"]
         trained = json.loads((folder / "train_results.json").read_text())
         model = json.loads((folder / "config.json").read_text())
         instances = model.get("num_instances", 1)
@@ -68,10 +103,23 @@ def main(argv=None) -> int:
         mixed = instances > 1 and bool(model.get("retrieval_loss_weight"))
         rows[str(folder)] = {"num_instances": instances, "steps": trained["final_step"], "model": trained["eval"],
                              "loss_includes_retrieval": mixed, "unigram": unigram[key]}
+        similarity = ""
+        if args.similarity_blocks:
+            encoder = AutoModel.from_pretrained(folder).eval()
+            blocks = held_out_ids[key][: args.similarity_blocks]
+            cosine = output_similarity(encoder, blocks, tokenizer, batch_size=instances * max(1, 40 // instances))
+            rows[str(folder)]["outputs_cosine"] = cosine
+            similarity = f"; outputs' mean cosine {cosine:.4f}"
+            if args.initial:  # the same architecture before any training: what pre-training started from
+                torch.manual_seed(0)
+                fresh = AutoModel.from_config(AutoConfig.from_pretrained(folder)).eval()
+                initial = output_similarity(fresh, blocks, tokenizer, batch_size=instances * max(1, 40 // instances))
+                rows[str(folder)]["initial_outputs_cosine"] = initial
+                similarity += f" (at initialisation {initial:.4f})"
         loss = "-" if mixed else f"{trained['eval']['loss']:.3f}"
         print(f"{folder}: N = {instances}, {trained['final_step']} MLM steps: held-out loss {loss} / accuracy "
               f"{100 * trained['eval']['accuracy']:.1f} %; unigram {unigram[key]['loss']:.3f} / "
-              f"{100 * unigram[key]['accuracy']:.1f} %")
+              f"{100 * unigram[key]['accuracy']:.1f} %{similarity}")
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -32,13 +32,42 @@ def test_a_pretrained_checkpoint_is_set_beside_its_corpus_unigram(script, tmp_pa
     for name, instances in (("n1", 1), ("n2", 2)):
         run_stage(TrainConfig(**micro, stage="mlm", num_instances=instances, output_dir=str(tmp_path / name)))
     out = tmp_path / "scores.json"
-    assert script.main([str(tmp_path / "n1"), str(tmp_path / "n2"), "--output", str(out)]) == 0
+    assert script.main([str(tmp_path / "n1"), str(tmp_path / "n2"), "--output", str(out), "--initial"]) == 0
     rows = json.loads(out.read_text())
     n1, n2 = rows[str(tmp_path / "n1")], rows[str(tmp_path / "n2")]
     assert n1["unigram"] == n2["unigram"] and 0 < n1["unigram"]["accuracy"] < 1 and n1["unigram"]["loss"] > 0
     assert n1["model"] == json.loads((tmp_path / "n1" / "train_results.json").read_text())["eval"]
     assert (n1["num_instances"], n1["loss_includes_retrieval"]) == (1, False)
     assert (n2["num_instances"], n2["loss_includes_retrieval"]) == (2, True)  # the tiny recipe's retrieval term
+    assert all(-1.0 <= row["outputs_cosine"] < 1.0 for row in (n1, n2))  # per instance, also through a mixture
+    assert all(-1.0 <= row["initial_outputs_cosine"] < 1.0 and row["initial_outputs_cosine"] != row["outputs_cosine"]
+               for row in (n1, n2))
     (tmp_path / "n1" / "train_config.json").write_text(json.dumps({"stage": "retrieval"}))
     with pytest.raises(SystemExit, match="not masked-LM pre-training"):
         script.main([str(tmp_path / "n1"), "--output", str(out)])
+
+
+def test_output_similarity_is_one_for_an_encoder_that_gives_every_token_the_same_vector(script):
+    import torch
+    from types import SimpleNamespace
+
+    class Tokenizer:  # the two methods output_similarity reads: [PAD] 0 and [CLS] 1 are special
+        all_special_ids = [0, 1]
+
+        def pad(self, features, return_tensors):
+            ids = features["input_ids"]
+            width = max(map(len, ids))
+            return {"input_ids": torch.tensor([row + [0] * (width - len(row)) for row in ids]),
+                    "attention_mask": torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids])}
+
+    def encoder(vectors):
+        return lambda input_ids, attention_mask: SimpleNamespace(last_hidden_state=vectors(input_ids))
+
+    blocks = [[1, 5, 6, 7], [1, 8, 9]]
+    same = encoder(lambda ids: torch.ones(*ids.shape, 4))
+    assert script.output_similarity(same, blocks, Tokenizer(), batch_size=1) == pytest.approx(1.0)
+    # each token its own axis, [CLS] along them all: only the real tokens are compared, so 0
+    axes = encoder(lambda ids: torch.nn.functional.one_hot(ids, 16).float() + (ids == 1)[..., None].float())
+    assert script.output_similarity(axes, blocks, Tokenizer()) == pytest.approx(0.0)
+    with pytest.raises(ValueError, match="two real tokens"):
+        script.output_similarity(same, [[1, 5]], Tokenizer())

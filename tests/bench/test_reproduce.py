@@ -220,6 +220,28 @@ def test_a_row_of_its_own_size_fine_tunes_at_that_sizes_rate(monkeypatch, tmp_pa
     assert settings("bert-small", "ner").lr == 1e-3
 
 
+def test_a_row_of_its_own_size_pre_trains_by_that_sizes_settings(monkeypatch, tmp_path):
+    """``sizes`` reaches the priming and pre-training stages too, for that size's rows only."""
+    from muxplm.bench import reproduce
+
+    monkeypatch.setattr(reproduce, "_run", lambda config: config)
+    recipe = resolve_recipe("full")
+    recipe["sizes"] = {"small": {"pretrain": {"max_steps": 7, "lr": 3e-5, "warmup_ratio": 0.5},
+                                 "retrieval": {"max_steps": 9}}}
+
+    def stages(key):
+        return reproduce.pretrain_model(key, recipe, tmp_path, None)[1]
+
+    plain, own = stages("mux-bert-2"), stages("mux-bert-small-2")
+    assert (plain["retrieval"].max_steps, plain["mlm"].max_steps) == (recipe["retrieval"]["max_steps"],
+                                                                      recipe["pretrain"]["max_steps"])
+    assert (own["retrieval"].max_steps, own["mlm"].max_steps, own["mlm"].lr, own["mlm"].warmup_ratio) == (9, 7, 3e-5, 0.5)
+    assert plain["mlm"].warmup_ratio == recipe["warmup_ratio"]
+    assert own["retrieval"].lr == plain["retrieval"].lr and own["mlm"].batch_size == plain["mlm"].batch_size
+    assert own["mlm"].retrieval_loss_weight == plain["mlm"].retrieval_loss_weight  # the N > 1 settings kept
+    assert stages("bert-small")["mlm"].max_steps == 7 and stages("bert")["mlm"].max_steps == recipe["pretrain"]["max_steps"]
+
+
 def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_path):
     """A second run reuses every stage trained with the same settings; a changed setting
     retrains that stage, everything downstream of it, and its evaluations, and nothing else."""

@@ -240,6 +240,13 @@ def _common(recipe: dict, output_dir: Path, stage: str, seed: int, progress: boo
                 eval_steps=10**9, save_steps=SAVE_STEPS, save_total_limit=1, progress=progress)
 
 
+def _own_size(recipe: dict, key: str) -> dict[str, Any]:
+    """A row of its own size's settings by section (the recipe's ``sizes``: ``retrieval``,
+    ``pretrain``, ``finetune``, ``task_finetune``), each applied over the recipe's own."""
+    size = MODELS[key].size
+    return recipe.get("sizes", {}).get(size, {}) if size else {}
+
+
 def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed: int = 0,
                    progress: bool = False) -> tuple[str | None, dict[str, Any]]:
     """Stages 1-2 for one model; returns the checkpoint the fine-tuning starts from (``None``
@@ -253,7 +260,8 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     # The auxiliary retrieval loss keeps a MUX model's demultiplexer working through a short
     # pre-training stage (without it the tiny N=2 model's fine-tuning stayed at chance); a
     # plain model has nothing to retrieve.
-    pretrain = for_instances(recipe["pretrain"], model.num_instances)
+    size = _own_size(recipe, key)
+    pretrain = for_instances({**recipe["pretrain"], **size.get("pretrain", {})}, model.num_instances)
     retrieval_weight = pretrain.pop("retrieval_loss_weight", None)
     if model.warm_start:
         if model.num_instances == 1:
@@ -286,14 +294,16 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     if model.num_instances > 1:
         # The priming section may set its own (shorter) max_length: dicts merged, later wins.
         log["retrieval"] = _run(TrainConfig(**{**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
-                                               **fresh, **mux, **corpus, **recipe["retrieval"]}))
+                                               **fresh, **mux, **corpus, **recipe["retrieval"],
+                                               **size.get("retrieval", {})}))
         if not model.pretrained:
             return str(folder / "1-retrieval"), log
         start = dict(init=str(folder / "1-retrieval"), retrieval_loss_weight=retrieval_weight)
     else:
         start = dict(fresh, **mux)
-    log[objective] = _run(TrainConfig(**_common(recipe, folder / "2-pretrain", objective, seed, progress),
-                                      **start, **corpus, **pretrain))
+    # Merged, later wins, as the priming's: a size's pre-training may set its own warm-up or length.
+    log[objective] = _run(TrainConfig(**{**_common(recipe, folder / "2-pretrain", objective, seed, progress),
+                                         **start, **corpus, **pretrain}))
     return str(folder / "2-pretrain"), log
 
 
@@ -310,7 +320,7 @@ def finetune_model(key: str, task: str, init: str | None, recipe: dict, root: Pa
         raise ValueError(f"keep_layers cuts to k >= 1 layers, got {keep_layers}")
     model = MODELS[key]
     output = root / (key if keep_layers is None else cut_key(key, keep_layers)) / f"3-{task}"
-    own_size = recipe.get("sizes", {}).get(model.size, {}) if model.size else {}
+    own_size = _own_size(recipe, key)
     settings = {**recipe["finetune"], **own_size.get("finetune", {}), **recipe.get("task_finetune", {}).get(task, {}),
                 **own_size.get("task_finetune", {}).get(task, {})}
     if model.num_instances == 1:  # the cuts too: they fine-tune the N = 1 row's encoder
