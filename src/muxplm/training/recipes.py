@@ -185,6 +185,10 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         # (4 layers of 512) never left chance on sentiment (dev 51-65 %, loss 0.69); at 1e-4 it reached
         # 81.6 % in 750 steps (benchmarks/results/reproduce/paper-full/small-lr-probe) and both of its rows
         # trained under the full rule (paper-full/larger-gpu); NER keeps the tiny rows' 5x ratio.
+        # A size may also set its own `retrieval` and `pretrain` settings. `base` has none yet: its N = 1
+        # row's masked-LM pre-training gives every token the same vector (at 250 and 1,500 steps, lr 5e-4
+        # or 1e-4) and its fine-tuning stays at chance (paper-stable/bf16/base-lr-probe), so its first
+        # setting is a pre-training that keeps the tokens apart, to be found on a GPU.
         sizes=dict(small=dict(finetune=dict(lr=1e-4), task_finetune=dict(ner=dict(lr=5e-4)))),
         warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
         seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
@@ -219,8 +223,8 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
 # kept 96.3 / 93.0 % of BERT's sentence score after 4,500 steps where the 1,500 of the CPU table gave
 # 89.1 / 77.6 %, six of their eight dev curves still rising, while BERT peaked inside the grid
 # (benchmarks/results/reproduce/paper-full/longer-grid-gpu). A tiny row's step takes ~25 ms there with
-# four runs sharing the GPU. The larger size is `small` at its own rate (`sizes`); `base` has no
-# probed rate yet. Timed by the wall clock: a GPU's work is not the process's CPU time.
+# four runs sharing the GPU. The larger size is `small` at its own rate (`sizes`); `base` needs its
+# own pre-training first (`sizes` above). Timed by the wall clock: a GPU's work is not the process's CPU time.
 REPRODUCTION_PRESETS["gpu"] = copy.deepcopy(REPRODUCTION_PRESETS["full"])
 REPRODUCTION_PRESETS["gpu"].update(
     finetune={**REPRODUCTION_PRESETS["full"]["finetune"], "max_steps": 4500, "eval_steps": 750, "save_steps": 750},
