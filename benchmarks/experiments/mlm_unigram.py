@@ -107,13 +107,14 @@ def main(argv=None) -> int:
         if args.similarity_blocks:
             encoder = AutoModel.from_pretrained(folder).eval()
             blocks = held_out_ids[key][: args.similarity_blocks]
-            cosine = output_similarity(encoder, blocks, tokenizer, batch_size=instances * max(1, 40 // instances))
+            batch_size = instances * max(1, 40 // instances)  # whole groups of N
+            cosine = output_similarity(encoder, blocks, tokenizer, batch_size=batch_size)
             rows[str(folder)]["outputs_cosine"] = cosine
             similarity = f"; outputs' mean cosine {cosine:.4f}"
             if args.initial:  # the same architecture before any training: what pre-training started from
                 torch.manual_seed(0)
                 fresh = AutoModel.from_config(AutoConfig.from_pretrained(folder)).eval()
-                initial = output_similarity(fresh, blocks, tokenizer, batch_size=instances * max(1, 40 // instances))
+                initial = output_similarity(fresh, blocks, tokenizer, batch_size=batch_size)
                 rows[str(folder)]["initial_outputs_cosine"] = initial
                 similarity += f" (at initialisation {initial:.4f})"
         loss = "-" if mixed else f"{trained['eval']['loss']:.3f}"
