@@ -32,3 +32,12 @@ def builtin_data():
 @pytest.fixture
 def batch():
     return random_batch()
+
+
+@pytest.fixture
+def native_bf16(monkeypatch):
+    """bf16 on the CPU allowed whatever CPU runs the tests: what those tests check is that it
+    works, not how fast. Without native bf16 muxplm refuses it (``muxplm.devices.check_cpu_bf16``)."""
+    from muxplm import devices
+
+    monkeypatch.setattr(devices, "cpu_runs_bf16_natively", lambda: True)

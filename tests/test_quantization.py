@@ -107,7 +107,7 @@ def test_int8_predictor_agrees_with_float32(mux_dir, texts):
     assert [r["label"] for r in ensembled] == [r["label"] for r in reference.predict(texts[:5], mode="ensemble")]
 
 
-def test_int8_is_refused_on_a_gpu(mux_dir, tmp_path, monkeypatch, capsys):
+def test_int8_is_refused_on_a_gpu(mux_dir, tmp_path, monkeypatch, capsys, native_bf16):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as if this machine had a GPU
     with pytest.raises(ValueError, match="int8 dynamic quantisation runs on the CPU"):
         Predictor.from_pretrained(mux_dir, device="cuda", quantize="int8")

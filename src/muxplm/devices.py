@@ -25,7 +25,26 @@ def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tupl
         dtype = DTYPES[dtype]
     if dtype == torch.float16 and device.type == "cpu":
         raise ValueError("float16 inference needs a CUDA device; on CPU use float32 or bfloat16")
+    if dtype == torch.bfloat16 and device.type == "cpu":
+        check_cpu_bf16("--dtype bfloat16", "--dtype float32")
     return device, dtype
+
+
+def cpu_runs_bf16_natively() -> bool:
+    """Whether PyTorch multiplies bf16 matrices on this CPU in oneDNN (x86 with AVX-512 or AMX,
+    Arm with BF16): the test its own bf16 matrix products dispatch on. Without it they fall back to
+    a reference kernel that ran 38-102x slower than float32 on a 2-core AVX2 EPYC
+    (benchmarks/experiments/bf16_matmul.py)."""
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return True if supported is None else bool(supported())
+
+
+def check_cpu_bf16(asked: str, instead: str) -> None:
+    """Refuse bf16 on a CPU that has no native bf16: it would only make every step slower."""
+    if not cpu_runs_bf16_natively():
+        raise ValueError(f"{asked} on this CPU: it has no native bf16 (AVX-512 or AMX; Arm BF16), so PyTorch's "
+                         f"bf16 matrix products take a reference kernel, tens of times slower than float32; "
+                         f"use {instead}")
 
 
 # Instances per forward pass when none is asked for. A CPU is compute-bound well before 64, so

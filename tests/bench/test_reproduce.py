@@ -467,13 +467,26 @@ def test_every_preset_builds_valid_stage_settings_for_every_row(preset, tmp_path
 
 
 @pytest.mark.parametrize("asked, trained", [("bf16", "bf16"), ("fp16", "no"), ("auto", "no"), ("no", "no")])
-def test_a_cpu_run_trains_every_stage_in_bf16_only_where_asked(asked, trained, tmp_path, stage_settings):
+def test_a_cpu_run_trains_every_stage_in_bf16_only_where_asked(asked, trained, tmp_path, stage_settings, native_bf16):
     """bf16 autocast is a CPU's half precision (AVX-512 BF16 runs it natively); a GPU recipe's fp16
     or auto trains in float32 there, and timing stays float32 either way."""
     results = run_reproduction(tmp_path, "stable", models=["bert", "mux-bert-2"], tasks=["trec"], device="cpu",
                                overrides={"mixed_precision": asked}, log=lambda *_: None)
     assert {c.mixed_precision for c in stage_settings} == {trained} and len(stage_settings) == 5  # BERT: 2 stages, MUX-BERT: 3
     assert results["recipe"]["mixed_precision"] == trained and results["recipe"]["throughput"]["dtype"] == "float32"
+
+
+def test_bf16_on_a_cpu_without_native_bf16_is_refused_before_any_stage(tmp_path, stage_settings, monkeypatch):
+    from muxplm import devices
+
+    monkeypatch.setattr(devices, "cpu_runs_bf16_natively", lambda: False)
+    with pytest.raises(ValueError, match=r'mixed_precision="bf16" on this CPU: it has no native bf16'):
+        run_reproduction(tmp_path, "stable", models=["bert"], tasks=["trec"], device="cpu",
+                         overrides={"mixed_precision": "bf16"}, log=lambda *_: None)
+    assert stage_settings == []
+    run_reproduction(tmp_path, "stable", models=["bert"], tasks=["trec"], device="cpu",
+                     overrides={"mixed_precision": "auto"}, log=lambda *_: None)  # a GPU recipe's auto: float32
+    assert {c.mixed_precision for c in stage_settings} == {"no"}
 
 
 def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path):

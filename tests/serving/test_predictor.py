@@ -140,7 +140,8 @@ def test_batcher_fills_empty_slots_with_averaged_copies(sentence_dir):
     assert torch.allclose(output, alone, atol=1e-5)
 
 
-def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypatch):
+def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypatch, native_bf16):
+    from muxplm import devices
     from muxplm.devices import resolve_device
 
     full = Predictor.from_pretrained(sentence_dir, max_length=32)
@@ -159,6 +160,9 @@ def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypa
         resolve_device("tpu9", "float32")
     with pytest.raises(ValueError, match="unknown dtype"):
         resolve_device("cpu", "int8")
+    monkeypatch.setattr(devices, "cpu_runs_bf16_natively", lambda: False)
+    with pytest.raises(ValueError, match="--dtype bfloat16 on this CPU: it has no native bf16.*use --dtype float32"):
+        Predictor.from_pretrained(sentence_dir, max_length=32, dtype="bfloat16")
 
 
 def test_a_lone_request_shares_its_group_with_recent_traffic(sentence_dir):

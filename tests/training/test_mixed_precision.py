@@ -1,5 +1,5 @@
 """Mixed precision on the CPU: a bf16-autocast training run and forward pass work; fp16, which
-needs a GPU, is refused with a clear message."""
+needs a GPU, and bf16 on a CPU without native bf16 are refused with a clear message."""
 
 from __future__ import annotations
 
@@ -25,11 +25,24 @@ def fresh_accelerate_state():
     AcceleratorState._reset_state(reset_partial_state=True)
 
 
-def test_bf16_autocast_trains_on_the_cpu(tmp_path, fresh_accelerate_state):
+def test_bf16_autocast_trains_on_the_cpu(tmp_path, fresh_accelerate_state, native_bf16):
     summary = run_stage(TrainConfig(**MICRO, stage="mlm", num_instances=2, max_steps=2, mixed_precision="bf16",
                                     output_dir=str(tmp_path)))
     assert summary["final_step"] == 2
     assert all(math.isfinite(record["loss"]) for record in read_log(tmp_path))
+
+
+def test_bf16_on_a_cpu_without_native_bf16_is_refused_before_training(tmp_path, fresh_accelerate_state,
+                                                                     monkeypatch):
+    from muxplm import devices
+
+    monkeypatch.setattr(devices, "cpu_runs_bf16_natively", lambda: False)
+    with pytest.raises(ValueError, match=r"--mixed-precision bf16 on this CPU: it has no native bf16.*--mixed-precision no"):
+        run_stage(TrainConfig(**MICRO, stage="mlm", max_steps=2, mixed_precision="bf16", output_dir=str(tmp_path)))
+    assert not (tmp_path / "log.jsonl").exists()
+    # auto never picks bf16 on a CPU: it trains in float32 there.
+    summary = run_stage(TrainConfig(**MICRO, stage="mlm", max_steps=1, mixed_precision="auto", output_dir=str(tmp_path)))
+    assert summary["final_step"] == 1
 
 
 def test_bf16_autocast_forward_matches_float32_closely():

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from ..configuration import preset_kwargs
+from ..devices import check_cpu_bf16
 from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
 from ..training.checkpoint import STATE_FILE, checkpoint_dirs, publish, read_state, resumable_checkpoint
@@ -691,8 +692,12 @@ def _stage_codes(training: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
 def _precision_on(device: str, mixed_precision: str) -> str:
     """A recipe's training precision on ``device``: a GPU recipe's fp16 / auto train in float32 on
     a CPU, while bf16 asked for stays (CPU autocast, native on CPUs with AVX-512 BF16 or AMX: the
-    stable table's BERT and ELECTRA rows trained in 0.6-0.7x the time, benchmarks/README.md)."""
-    if device.startswith("cuda") or mixed_precision == "bf16":
+    stable table's BERT and ELECTRA rows trained in 0.6-0.7x the time, benchmarks/README.md), refused
+    before any stage runs on a CPU without it."""
+    if device.startswith("cuda"):
+        return mixed_precision
+    if mixed_precision == "bf16":
+        check_cpu_bf16('--set mixed_precision="bf16"', "the recipe's float32 (mixed_precision \"no\")")
         return mixed_precision
     return "no"
 

@@ -27,6 +27,7 @@ from accelerate import Accelerator
 from accelerate.utils import ProjectConfiguration, gather_object
 from transformers import get_linear_schedule_with_warmup
 
+from ..devices import check_cpu_bf16
 from ..provenance import code_version, folder_hash, source_hash
 from . import checkpoint as ckpt
 from .batches import ShardedBatches, micro_batch_loader
@@ -55,6 +56,8 @@ def make_accelerator(config: TrainConfig) -> Accelerator:
             precision = "no"
     if precision == "fp16" and not torch.cuda.is_available():
         raise ValueError("--mixed-precision fp16 needs a CUDA GPU; on the CPU use bf16 or no")
+    if precision == "bf16" and not torch.cuda.is_available():
+        check_cpu_bf16("--mixed-precision bf16", "--mixed-precision no")
     folders = ProjectConfiguration(project_dir=config.output_dir, logging_dir=str(Path(config.output_dir) / "trackers"))
     return Accelerator(mixed_precision=precision, cpu=_cpu_processes(), log_with=trackers(config.report_to) or None,
                        project_config=folders)
