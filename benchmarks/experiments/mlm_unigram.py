@@ -9,7 +9,8 @@ accuracy of always guessing the most frequent one).
 A checkpoint whose loss sits near the unigram cross-entropy has learned little context, so its
 upper layers (and pre-training itself) have little to add to a fine-tuning that starts from it.
 A MUX checkpoint's held-out loss also holds its retrieval term, so for it only the accuracy is
-compared. Beside them, how alike the encoder's outputs are: the mean cosine between its final
+compared. A retrieval-priming stage (its held-out retrieval accuracy) gets only the similarity.
+Beside them, how alike the encoder's outputs are: the mean cosine between its final
 vectors at two positions of one held-out block. At 1.0 it gives every token the same vector (it
 only predicts word frequencies), and a fine-tuning has nothing to start from.
 """
@@ -67,7 +68,7 @@ def output_similarity(encoder, blocks, tokenizer, batch_size: int = 40) -> float
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoints", nargs="+", help="pre-training stage folders (train_config.json, train_results.json)")
+    parser.add_argument("checkpoints", nargs="+", help="pre-training or priming stage folders (train_config.json, train_results.json)")
     parser.add_argument("--output", required=True)
     parser.add_argument("--similarity-blocks", type=int, default=200,
                         help="held-out blocks the outputs' similarity is measured on (0: not measured)")
@@ -88,8 +89,9 @@ def main(argv=None) -> int:
     for folder in map(Path, args.checkpoints):
         saved = json.loads((folder / "train_config.json").read_text())
         config = TrainConfig(**{k: v for k, v in saved.items() if k in fields})
-        if config.stage != "mlm":
-            raise SystemExit(f"mlm_unigram.py: {folder} is a {config.stage!r} stage, not masked-LM pre-training")
+        if config.stage not in ("mlm", "retrieval"):
+            raise SystemExit(f"mlm_unigram.py: {folder} is a {config.stage!r} stage, not masked-LM pre-training "
+                             f"or retrieval priming")
         tokenizer = tokenizer_for(config, folder)
         key = json.dumps([config.corpus_max_words, config.corpus_sources, config.max_length, config.train_file])
         if key not in unigram:  # the same corpus gives the same blocks and held-out split
@@ -117,6 +119,11 @@ def main(argv=None) -> int:
                 initial = output_similarity(fresh, blocks, tokenizer, batch_size=batch_size)
                 rows[str(folder)]["initial_outputs_cosine"] = initial
                 similarity += f" (at initialisation {initial:.4f})"
+        rows[str(folder)]["stage"] = config.stage
+        if config.stage == "retrieval":  # a priming stage: its own task's accuracy, no masked-LM loss
+            print(f"{folder}: N = {instances}, {trained['final_step']} retrieval steps: held-out retrieval accuracy "
+                  f"{100 * trained['eval']['accuracy']:.1f} %{similarity}")
+            continue
         loss = "-" if mixed else f"{trained['eval']['loss']:.3f}"
         print(f"{folder}: N = {instances}, {trained['final_step']} MLM steps: held-out loss {loss} / accuracy "
               f"{100 * trained['eval']['accuracy']:.1f} %; unigram {unigram[key]['loss']:.3f} / "

@@ -42,8 +42,14 @@ def test_a_pretrained_checkpoint_is_set_beside_its_corpus_unigram(script, tmp_pa
     assert all(-1.0 <= row["outputs_cosine"] < 1.0 for row in (n1, n2))  # per instance, also through a mixture
     assert all(-1.0 <= row["initial_outputs_cosine"] < 1.0 and row["initial_outputs_cosine"] != row["outputs_cosine"]
                for row in (n1, n2))
-    (tmp_path / "n1" / "train_config.json").write_text(json.dumps({"stage": "retrieval"}))
-    with pytest.raises(SystemExit, match="not masked-LM pre-training"):
+    # A priming stage gets its similarity and its own accuracy only: no masked-LM loss to compare.
+    run_stage(TrainConfig(**micro, stage="retrieval", num_instances=1, output_dir=str(tmp_path / "prime")))
+    assert script.main([str(tmp_path / "prime"), "--output", str(out)]) == 0
+    prime = json.loads(out.read_text())[str(tmp_path / "prime")]
+    assert prime["stage"] == "retrieval" and -1.0 <= prime["outputs_cosine"] < 1.0
+    assert prime["model"] == json.loads((tmp_path / "prime" / "train_results.json").read_text())["eval"]
+    (tmp_path / "n1" / "train_config.json").write_text(json.dumps({"stage": "finetune"}))
+    with pytest.raises(SystemExit, match="not masked-LM pre-training or retrieval priming"):
         script.main([str(tmp_path / "n1"), "--output", str(out)])
 
 
