@@ -240,6 +240,12 @@ def test_a_row_of_its_own_size_pre_trains_by_that_sizes_settings(monkeypatch, tm
     assert own["retrieval"].lr == plain["retrieval"].lr and own["mlm"].batch_size == plain["mlm"].batch_size
     assert own["mlm"].retrieval_loss_weight == plain["mlm"].retrieval_loss_weight  # the N > 1 settings kept
     assert stages("bert-small")["mlm"].max_steps == 7 and stages("bert")["mlm"].max_steps == recipe["pretrain"]["max_steps"]
+    assert "retrieval" not in stages("bert-small")  # an N = 1 row is not primed unless its size asks
+    recipe["sizes"]["small"]["retrieval"]["prime_plain_rows"] = True
+    primed = stages("bert-small")
+    assert primed["retrieval"].num_instances == 1 and primed["retrieval"].max_steps == 9
+    assert primed["mlm"].init == primed["retrieval"].output_dir and primed["mlm"].retrieval_loss_weight is None
+    assert "retrieval" not in stages("bert") and stages("mux-bert-small-2")["retrieval"].max_steps == 9
 
 
 def test_rerun_reuses_finished_stages_and_retrains_what_changed(micro_run, tmp_path):

@@ -2,7 +2,7 @@
 
 Every model gets the same compute budget (steps, batch size, sequence length, examples) and
 goes through the three stages of DESIGN.md §2 with :func:`muxplm.training.run_stage`:
-retrieval priming (N > 1 only: an N = 1 model has nothing to retrieve from), MLM or ELECTRA
+retrieval priming (N > 1 only, unless a size primes its N = 1 rows too), MLM or ELECTRA
 pre-training on the offline corpus, then fine-tuning. One pre-trained checkpoint per model is
 fine-tuned on every task; each fine-tuned model is scored over several composition seeds
 (:func:`muxplm.training.evaluate_checkpoint`) and all fine-tuned models are timed side by
@@ -292,11 +292,15 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     if model.size:  # its own size: the recipe's size overrides (the quick preset's 2 layers) do not apply
         overrides = {k: v for k, v in overrides.items() if k not in preset_kwargs(model.size)}
     fresh = dict(preset=model.size or recipe["preset"], model_overrides=overrides, family=model.family)
-    if model.num_instances > 1:
-        # The priming section may set its own (shorter) max_length: dicts merged, later wins.
+    # The priming section may set its own (shorter) max_length: dicts merged, later wins.
+    priming = {**recipe["retrieval"], **size.get("retrieval", {})}
+    # A size may prime its N = 1 rows too (each token recovered from its own output): at base size
+    # masked-LM pre-training alone gave every token the same vector, where 120 such steps took the
+    # outputs' cosine from 0.61 to 0.03 (paper-stable/base-prime-probe).
+    prime_plain = priming.pop("prime_plain_rows", False)
+    if model.num_instances > 1 or prime_plain:
         log["retrieval"] = _run(TrainConfig(**{**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
-                                               **fresh, **mux, **corpus, **recipe["retrieval"],
-                                               **size.get("retrieval", {})}))
+                                               **fresh, **mux, **corpus, **priming}))
         if not model.pretrained:
             return str(folder / "1-retrieval"), log
         start = dict(init=str(folder / "1-retrieval"), retrieval_loss_weight=retrieval_weight)
