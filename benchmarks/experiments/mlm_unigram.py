@@ -9,7 +9,9 @@ accuracy of always guessing the most frequent one).
 A checkpoint whose loss sits near the unigram cross-entropy has learned little context, so its
 upper layers (and pre-training itself) have little to add to a fine-tuning that starts from it.
 A MUX checkpoint's held-out loss also holds its retrieval term, so for it only the accuracy is
-compared. A retrieval-priming stage (its held-out retrieval accuracy) gets only the similarity.
+compared. A retrieval-priming stage (its held-out retrieval accuracy) gets only the similarity, and
+so does a stage's intermediate `checkpoint-N` folder (no held-out scores saved there), which
+traces how the similarity moved during a stage.
 Beside them, how alike the encoder's outputs are: the mean cosine between its final
 vectors at two positions of one held-out block. At 1.0 it gives every token the same vector (it
 only predicts word frequencies), and a fine-tuning has nothing to start from.
@@ -66,9 +68,23 @@ def output_similarity(encoder, blocks, tokenizer, batch_size: int = 40) -> float
     return sum(means) / len(means)
 
 
+def saved_stage(folder: Path) -> tuple[dict, int, dict | None]:
+    """A stage folder's settings, steps and held-out scores, or those of one of its intermediate
+    ``checkpoint-N`` folders (settings and step from its trainer state; no held-out scores: ``None``)."""
+    if (folder / "train_config.json").exists():
+        trained = json.loads((folder / "train_results.json").read_text())
+        return json.loads((folder / "train_config.json").read_text()), trained["final_step"], trained["eval"]
+    if (folder / "trainer_state.json").exists():
+        state = json.loads((folder / "trainer_state.json").read_text())
+        return state["config"], state["step"], None
+    raise SystemExit(f"mlm_unigram.py: {folder} has neither a train_config.json (a stage) nor a "
+                     f"trainer_state.json (a checkpoint)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("checkpoints", nargs="+", help="pre-training or priming stage folders (train_config.json, train_results.json)")
+    parser.add_argument("checkpoints", nargs="+", help="pre-training or priming stage folders (train_config.json, train_results.json), "
+                                                    "or their checkpoint-N folders (the similarity only)")
     parser.add_argument("--output", required=True)
     parser.add_argument("--similarity-blocks", type=int, default=200,
                         help="held-out blocks the outputs' similarity is measured on (0: not measured)")
@@ -87,7 +103,7 @@ def main(argv=None) -> int:
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     rows, unigram, held_out_ids = {}, {}, {}
     for folder in map(Path, args.checkpoints):
-        saved = json.loads((folder / "train_config.json").read_text())
+        saved, steps, scores = saved_stage(folder)
         config = TrainConfig(**{k: v for k, v in saved.items() if k in fields})
         if config.stage not in ("mlm", "retrieval"):
             raise SystemExit(f"mlm_unigram.py: {folder} is a {config.stage!r} stage, not masked-LM pre-training "
@@ -98,12 +114,11 @@ def main(argv=None) -> int:
             train, held_out = pretraining_blocks(config, tokenizer)
             unigram[key] = unigram_scores(train["input_ids"], held_out["input_ids"], set(tokenizer.all_special_ids))
             held_out_ids[key] = held_out["input_ids"]
-        trained = json.loads((folder / "train_results.json").read_text())
         model = json.loads((folder / "config.json").read_text())
         instances = model.get("num_instances", 1)
         # A MUX model's held-out loss also holds its retrieval term: only the accuracy compares.
         mixed = instances > 1 and bool(model.get("retrieval_loss_weight"))
-        rows[str(folder)] = {"num_instances": instances, "steps": trained["final_step"], "model": trained["eval"],
+        rows[str(folder)] = {"num_instances": instances, "steps": steps, "model": scores,
                              "loss_includes_retrieval": mixed, "unigram": unigram[key]}
         similarity = ""
         if args.similarity_blocks:
@@ -120,13 +135,16 @@ def main(argv=None) -> int:
                 rows[str(folder)]["initial_outputs_cosine"] = initial
                 similarity += f" (at initialisation {initial:.4f})"
         rows[str(folder)]["stage"] = config.stage
-        if config.stage == "retrieval":  # a priming stage: its own task's accuracy, no masked-LM loss
-            print(f"{folder}: N = {instances}, {trained['final_step']} retrieval steps: held-out retrieval accuracy "
-                  f"{100 * trained['eval']['accuracy']:.1f} %{similarity}")
+        if scores is None:  # an intermediate checkpoint: the similarity only
+            print(f"{folder}: N = {instances}, {config.stage} checkpoint at step {steps}{similarity}")
             continue
-        loss = "-" if mixed else f"{trained['eval']['loss']:.3f}"
-        print(f"{folder}: N = {instances}, {trained['final_step']} MLM steps: held-out loss {loss} / accuracy "
-              f"{100 * trained['eval']['accuracy']:.1f} %; unigram {unigram[key]['loss']:.3f} / "
+        if config.stage == "retrieval":  # a priming stage: its own task's accuracy, no masked-LM loss
+            print(f"{folder}: N = {instances}, {steps} retrieval steps: held-out retrieval accuracy "
+                  f"{100 * scores['accuracy']:.1f} %{similarity}")
+            continue
+        loss = "-" if mixed else f"{scores['loss']:.3f}"
+        print(f"{folder}: N = {instances}, {steps} MLM steps: held-out loss {loss} / accuracy "
+              f"{100 * scores['accuracy']:.1f} %; unigram {unigram[key]['loss']:.3f} / "
               f"{100 * unigram[key]['accuracy']:.1f} %{similarity}")
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(rows, indent=1) + "\n")

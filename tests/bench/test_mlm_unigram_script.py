@@ -29,8 +29,9 @@ def test_a_pretrained_checkpoint_is_set_beside_its_corpus_unigram(script, tmp_pa
                                                  "intermediate_size": 64},
                  max_length=32, batch_size=8, eval_batch_size=32, corpus_sources=["moby_dick"],
                  corpus_max_words=6000, progress=False, max_steps=2, eval_steps=2)
-    for name, instances in (("n1", 1), ("n2", 2)):
-        run_stage(TrainConfig(**micro, stage="mlm", num_instances=instances, output_dir=str(tmp_path / name)))
+    for name, instances in (("n1", 1), ("n2", 2)):  # N = 1 keeps its step-1 checkpoint too
+        run_stage(TrainConfig(**micro, stage="mlm", num_instances=instances, output_dir=str(tmp_path / name),
+                              save_steps=1 if instances == 1 else None))
     out = tmp_path / "scores.json"
     assert script.main([str(tmp_path / "n1"), str(tmp_path / "n2"), "--output", str(out), "--initial"]) == 0
     rows = json.loads(out.read_text())
@@ -48,6 +49,14 @@ def test_a_pretrained_checkpoint_is_set_beside_its_corpus_unigram(script, tmp_pa
     prime = json.loads(out.read_text())[str(tmp_path / "prime")]
     assert prime["stage"] == "retrieval" and -1.0 <= prime["outputs_cosine"] < 1.0
     assert prime["model"] == json.loads((tmp_path / "prime" / "train_results.json").read_text())["eval"]
+    # An intermediate checkpoint: its step and similarity, read from its trainer state; no scores.
+    checkpoint = tmp_path / "n1" / "checkpoint-1"
+    assert script.main([str(checkpoint), "--output", str(out)]) == 0
+    early = json.loads(out.read_text())[str(checkpoint)]
+    assert (early["steps"], early["stage"], early["model"]) == (1, "mlm", None)
+    assert -1.0 <= early["outputs_cosine"] < 1.0 and early["outputs_cosine"] != n1["outputs_cosine"]
+    with pytest.raises(SystemExit, match="neither a train_config.json"):
+        script.main([str(tmp_path), "--output", str(out)])
     (tmp_path / "n1" / "train_config.json").write_text(json.dumps({"stage": "finetune"}))
     with pytest.raises(SystemExit, match="not masked-LM pre-training or retrieval priming"):
         script.main([str(tmp_path / "n1"), "--output", str(out)])
