@@ -24,7 +24,8 @@ def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tupl
             raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
         dtype = DTYPES[dtype]
     if dtype == torch.float16 and device.type == "cpu":
-        raise ValueError("float16 inference needs a CUDA device; on CPU use float32 or bfloat16")
+        usable = "float32 or bfloat16" if cpu_runs_bf16_natively() else "float32 (this CPU has no native bf16)"
+        raise ValueError(f"float16 inference needs a CUDA device; on CPU use {usable}")
     if dtype == torch.bfloat16 and device.type == "cpu":
         check_cpu_bf16("--dtype bfloat16", "--dtype float32")
     return device, dtype

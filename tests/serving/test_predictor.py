@@ -151,7 +151,7 @@ def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypa
     expected = [p["score"] for p in full.predict(texts)]
     got = [p["score"] for p in half.predict(texts)]
     assert all(abs(a - b) < 0.05 for a, b in zip(expected, got))
-    with pytest.raises(ValueError, match="float16 inference needs a CUDA device"):
+    with pytest.raises(ValueError, match="float16 inference needs a CUDA device; on CPU use float32 or bfloat16"):
         resolve_device("cpu", "float16")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="no CUDA GPU"):
@@ -163,6 +163,8 @@ def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypa
     monkeypatch.setattr(devices, "cpu_runs_bf16_natively", lambda: False)
     with pytest.raises(ValueError, match="--dtype bfloat16 on this CPU: it has no native bf16.*use --dtype float32"):
         Predictor.from_pretrained(sentence_dir, max_length=32, dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"on CPU use float32 \(this CPU has no native bf16\)"):
+        resolve_device("cpu", "float16")  # not pointed at the bfloat16 it would refuse next
 
 
 def test_a_lone_request_shares_its_group_with_recent_traffic(sentence_dir):
