@@ -8,8 +8,8 @@ accuracy of always guessing the most frequent one).
 
 A checkpoint whose loss sits near the unigram cross-entropy has learned little context, so its
 upper layers (and pre-training itself) have little to add to a fine-tuning that starts from it.
-A MUX checkpoint's held-out loss also holds its retrieval term, so for it only the accuracy is
-compared. A retrieval-priming stage (its held-out retrieval accuracy) gets only the similarity, and
+A checkpoint trained with the auxiliary retrieval term (a MUX one, or a primed N = 1 one that kept
+it) has it in its held-out loss too, so for it only the accuracy is compared. A retrieval-priming stage (its held-out retrieval accuracy) gets only the similarity, and
 so does a stage's intermediate `checkpoint-N` folder (no held-out scores saved there), which
 traces how the similarity moved during a stage.
 Beside them, how alike the encoder's outputs are: the mean cosine between its final
@@ -116,8 +116,9 @@ def main(argv=None) -> int:
             held_out_ids[key] = held_out["input_ids"]
         model = json.loads((folder / "config.json").read_text())
         instances = model.get("num_instances", 1)
-        # A MUX model's held-out loss also holds its retrieval term: only the accuracy compares.
-        mixed = instances > 1 and bool(model.get("retrieval_loss_weight"))
+        # A MUX model's held-out loss also holds its retrieval term (so does a primed N = 1 model's
+        # that keeps it): only the accuracy compares.
+        mixed = bool(model.get("retrieval_loss_weight"))
         rows[str(folder)] = {"num_instances": instances, "steps": steps, "model": scores,
                              "loss_includes_retrieval": mixed, "unigram": unigram[key]}
         similarity = ""

@@ -40,6 +40,12 @@ def test_a_pretrained_checkpoint_is_set_beside_its_corpus_unigram(script, tmp_pa
     assert n1["model"] == json.loads((tmp_path / "n1" / "train_results.json").read_text())["eval"]
     assert (n1["num_instances"], n1["loss_includes_retrieval"]) == (1, False)
     assert (n2["num_instances"], n2["loss_includes_retrieval"]) == (2, True)  # the tiny recipe's retrieval term
+    # an N = 1 model that keeps the retrieval term (a primed base row's pre-training) has it in its loss too
+    run_stage(TrainConfig(**micro, stage="mlm", num_instances=1, retrieval_loss_weight=0.2,
+                          output_dir=str(tmp_path / "n1-kept")))
+    assert script.main([str(tmp_path / "n1-kept"), "--output", str(tmp_path / "kept.json")]) == 0
+    kept = json.loads((tmp_path / "kept.json").read_text())[str(tmp_path / "n1-kept")]
+    assert (kept["num_instances"], kept["loss_includes_retrieval"]) == (1, True)
     assert all(-1.0 <= row["outputs_cosine"] < 1.0 for row in (n1, n2))  # per instance, also through a mixture
     assert all(-1.0 <= row["initial_outputs_cosine"] < 1.0 and row["initial_outputs_cosine"] != row["outputs_cosine"]
                for row in (n1, n2))

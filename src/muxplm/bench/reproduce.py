@@ -260,9 +260,20 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     mux = dict(num_instances=model.num_instances, mux_type=model.mux_type, demux_type=model.demux_type)
     # The auxiliary retrieval loss keeps a MUX model's demultiplexer working through a short
     # pre-training stage (without it the tiny N=2 model's fine-tuning stayed at chance); a
-    # plain model has nothing to retrieve.
+    # plain model has nothing to retrieve unless its size primes it (below).
     size = _own_size(recipe, key)
-    pretrain = for_instances({**recipe["pretrain"], **size.get("pretrain", {})}, model.num_instances)
+    # The priming section may set its own (shorter) max_length: dicts merged, later wins.
+    priming = {**recipe["retrieval"], **size.get("retrieval", {})}
+    # A size may prime its N = 1 rows too (each token recovered from its own output): at base size
+    # masked-LM pre-training alone gave every token the same vector, where 120 such steps took the
+    # outputs' cosine from 0.61 to 0.03. Such a row keeps the retrieval term through its
+    # pre-training, as the MUX rows do: without it 50 masked-LM steps took the cosine back to
+    # 1.0000; with it 250 steps ended at 0.10 with masked-token accuracy 13.9 %, the unigram's 6.0 %
+    # (paper-stable/base-prime-probe).
+    prime_plain = priming.pop("prime_plain_rows", False)
+    pretrain = {**recipe["pretrain"], **size.get("pretrain", {})}
+    if not prime_plain:
+        pretrain = for_instances(pretrain, model.num_instances)
     retrieval_weight = pretrain.pop("retrieval_loss_weight", None)
     if model.warm_start:
         if model.num_instances == 1:
@@ -292,12 +303,6 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     if model.size:  # its own size: the recipe's size overrides (the quick preset's 2 layers) do not apply
         overrides = {k: v for k, v in overrides.items() if k not in preset_kwargs(model.size)}
     fresh = dict(preset=model.size or recipe["preset"], model_overrides=overrides, family=model.family)
-    # The priming section may set its own (shorter) max_length: dicts merged, later wins.
-    priming = {**recipe["retrieval"], **size.get("retrieval", {})}
-    # A size may prime its N = 1 rows too (each token recovered from its own output): at base size
-    # masked-LM pre-training alone gave every token the same vector, where 120 such steps took the
-    # outputs' cosine from 0.61 to 0.03 (paper-stable/base-prime-probe).
-    prime_plain = priming.pop("prime_plain_rows", False)
     if model.num_instances > 1 or prime_plain:
         log["retrieval"] = _run(TrainConfig(**{**_common(recipe, folder / "1-retrieval", "retrieval", seed, progress),
                                                **fresh, **mux, **corpus, **priming}))

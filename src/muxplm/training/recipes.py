@@ -191,7 +191,8 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         # setting is a pre-training that keeps the tokens apart, to be found on a GPU. A size's
         # `retrieval` may set `prime_plain_rows` to prime its N = 1 rows as well: 120 such steps took base's
         # output cosine from 0.61 to 0.03, and from there sentiment left chance at BERT's 2e-5 (62.3 % after
-        # 100 steps), not at 1e-4 (paper-stable/base-prime-probe).
+        # 100 steps), not at 1e-4 (paper-stable/base-prime-probe). A primed N = 1 row keeps the retrieval
+        # term through its masked-LM pre-training, which otherwise gave every token one vector again by step 50.
         sizes=dict(small=dict(finetune=dict(lr=1e-4), task_finetune=dict(ner=dict(lr=5e-4)))),
         warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
         seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
