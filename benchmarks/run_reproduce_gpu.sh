@@ -32,7 +32,7 @@ cd "$(dirname "$0")/.."
 PRESET=${PRESET:-gpu}
 STABLE=${STABLE:+-stable}
 if [ "$PRESET" = gpu ]; then
-    DEFAULT_ROWS=$(python3 -c "from muxplm.bench.reproduce import PAPER_MODELS; print(*PAPER_MODELS)")
+    DEFAULT_ROWS=paper  # `--models paper`'s rows, listed below only when they train
     DEFAULT_RUNS=runs/reproduce-paper-gpu$STABLE
     DEFAULT_RESULTS=benchmarks/results/reproduce/paper-gpu$STABLE
 else  # the first GPU table's rows and folders
@@ -51,6 +51,9 @@ merge() { merge_parts "$RESULTS" --device "$DEVICE"; }  # every part in RESULTS/
 if [ -n "${MERGE:-}" ]; then
     merge
     exit 0
+fi
+if [ "$ROWS" = paper ]; then  # not before: the import takes seconds a merge has no use for
+    ROWS=$(python3 -c "from muxplm.bench.reproduce import PAPER_MODELS; print(*PAPER_MODELS)")
 fi
 mkdir -p "$RUNS/logs" "$RESULTS/parts"
 started="$RUNS/logs/.started"
