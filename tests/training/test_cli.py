@@ -30,6 +30,28 @@ def sentiment_files(tmp_path):
     return train, valid
 
 
+def test_the_command_freezes_its_imports_for_the_collector_and_main_leaves_a_callers_objects_alone(monkeypatch):
+    """`muxplm` and `python -m muxplm` (its own process) freeze the modules they import, which the
+    collector would otherwise walk at exit; `main` called from Python freezes nothing."""
+    import gc
+    import sys
+    from importlib.metadata import entry_points
+
+    from muxplm import cli
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert frozen == []
+    monkeypatch.setattr(sys, "argv", ["muxplm", "--version"])
+    with pytest.raises(SystemExit):
+        cli.entry_point()
+    assert frozen == [True]
+    (script,) = [entry for entry in entry_points(group="console_scripts") if entry.name == "muxplm"]
+    assert script.value == "muxplm.cli:entry_point"
+
+
 def test_flags_override_the_config_file(tmp_path):
     from muxplm.cli import build_parser
 
