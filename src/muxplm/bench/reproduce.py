@@ -434,14 +434,21 @@ def summarize_results(models: list[str], tasks: list[str], evaluations: dict[str
             row["retention"], row["throughput_gain"] = {}, {}
             continue
         reference = rows[base]
-        row["retention"] = {task: row["scores"][task]["mean"] / reference["scores"][task]["mean"]
-                            for task in tasks if reference["scores"][task]["mean"] > 0}
-        for group in ("sentence", "token"):
-            if row[f"{group}_avg"] is not None and reference[f"{group}_avg"]:
-                row["retention"][f"{group}_avg"] = row[f"{group}_avg"] / reference[f"{group}_avg"]
+        row["retention"] = retention(row, reference, tasks)
         row["throughput_gain"] = {head: value / reference["throughput"][head]
                                   for head, value in row["throughput"].items() if head in reference["throughput"]}
     return rows
+
+
+def retention(row: dict[str, Any], reference: dict[str, Any], tasks: list[str]) -> dict[str, float]:
+    """A row's score over its N = 1 reference row's, per task (where the reference scored above
+    zero) and per group average (``sentence_avg``, ``token_avg``)."""
+    kept = {task: row["scores"][task]["mean"] / reference["scores"][task]["mean"]
+            for task in tasks if reference["scores"][task]["mean"] > 0}
+    for group in ("sentence", "token"):
+        if row[f"{group}_avg"] is not None and reference[f"{group}_avg"]:
+            kept[f"{group}_avg"] = row[f"{group}_avg"] / reference[f"{group}_avg"]
+    return kept
 
 
 def _baseline_of(key: str, rows: dict) -> str | None:
