@@ -13,9 +13,10 @@
 #
 # A variant is one or more `setting=value` joined by commas (`muxplm finetune` options). Each:
 # RUNS/again-TASK/ROW-VARIANT (the fine-tuned model); in OUT its log (dev curve and training loss,
-# ROW-VARIANT.jsonl, beside the table's own run, ROW-table.jsonl), its settings and its score over
-# 5 composition seeds (ROW-VARIANT-config.json, -eval.json; the table's run scored the same way,
-# ROW-table-eval.json), every run's score and churn in one table (TASK-again.md, by
+# ROW-VARIANT.jsonl, beside the row's own run, ROW-table.jsonl: the fine-tuning RUNS/ROW/3-TASK did,
+# the table's when RUNS holds the table's stages, a probe's when a probe's), its settings and its
+# score over 5 composition seeds (ROW-VARIANT-config.json, -eval.json; the row's own run scored the
+# same way, ROW-table-eval.json), every run's score and churn in one table (TASK-again.md, by
 # benchmarks/experiments/finetune_again_table.py) and the curves of every run in OUT plotted
 # (TASK-METRIC.png, TASK-train-loss.png).
 set -euo pipefail

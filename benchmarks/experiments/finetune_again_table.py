@@ -1,7 +1,9 @@
 """The table of a row's fine-tunings run again (`benchmarks/run_stable_finetune_again.sh`): each
-run's settings that differ from the table's run, its score over the composition seeds and the share
-of predictions the composition changes; then the runs grouped by their settings other than the
-data-order seed, so that a setting's effect reads against the spread between seeds.
+run's settings that differ from the row's own run (ROW-table: the fine-tuning the row's stage did,
+the table's run when the row is the table's, a probe's when it is a probe's), its score over the
+composition seeds and the share of predictions the composition changes; then the runs grouped by
+their settings other than the data-order seed, so that a setting's effect reads against the spread
+between seeds.
 
     python3 benchmarks/experiments/finetune_again_table.py OUT [--output OUT/TASK-again.md]
 """
@@ -19,7 +21,7 @@ IGNORED = {"output_dir"}  # where a run trains is not a setting of it
 
 def load_runs(folder: Path) -> list[dict]:
     """Every scored run in ``folder``: name, the settings it changed against its row's table run, and
-    its evaluation. The table's own runs come first, with nothing changed."""
+    its evaluation. The rows' own runs come first, with nothing changed."""
     runs = []
     for scored in sorted(folder.glob("*-eval.json")):
         name = scored.name[: -len("-eval.json")]
@@ -56,7 +58,7 @@ def table(runs: list[dict]) -> str:
              "|---|---|---|---|"]
     for run in runs:
         score, changed = _cells([run])
-        what = ", ".join(f"{k}={v}" for k, v in sorted(run["changed"].items())) or "(the table's run)"
+        what = ", ".join(f"{k}={v}" for k, v in sorted(run["changed"].items())) or "(the row's own run)"
         lines.append(f"| {run['name']} | {what} | {score} | {changed} |")
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for run in runs:
@@ -67,7 +69,7 @@ def table(runs: list[dict]) -> str:
     for (row, setting), members in groups.items():
         seeds = ", ".join(str(m["config"].get("seed")) for m in members)
         score, changed = _cells(members)
-        what = ", ".join(f"{k}={v}" for k, v in setting) or "the table's"
+        what = ", ".join(f"{k}={v}" for k, v in setting) or "the row's"
         lines.append(f"| {row} | {what} | {len(members)} ({seeds}) | {score} | {changed} |")
     return "\n".join(lines) + "\n"
 

@@ -839,7 +839,7 @@ def test_the_finetune_again_script_runs_a_row_again_with_settings_changed(micro_
     assert all((out / name).stat().st_size > 0 for name in ("mux-bert-2-lr0.0003-seed1.jsonl", "ner-f1.png",
                                                             "ner-train-loss.png"))
     summary = (out / "ner-again.md").read_text()
-    assert "| mux-bert-2-table | (the table's run) |" in summary
+    assert "| mux-bert-2-table | (the row's own run) |" in summary
     assert "| mux-bert-2-lr0.0003-seed1 | lr=0.0003, seed=1 |" in summary
     # grouped by the settings other than the seed: the two lr runs, their mean and range
     seeds = [json.loads((out / f"mux-bert-2-{name}-eval.json").read_text()) for name in ("lr0.0003", "lr0.0003-seed1")]
