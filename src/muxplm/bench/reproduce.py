@@ -414,11 +414,7 @@ def summarize_results(models: list[str], tasks: list[str], evaluations: dict[str
                                 seeds=len(result["seeds"]), changed_across_seeds=result.get("changed_across_seeds"),
                                 ensemble=None if not result.get("ensemble") else 100 * result["ensemble"]["main"])
         row = dict(label=MODELS[key].label, num_instances=MODELS[key].num_instances, baseline=MODELS[key].baseline,
-                   scores=scores)
-        for group, members in (("sentence", SENTENCE_TASKS), ("token", TOKEN_TASKS)):
-            present = [t for t in tasks if t in members]
-            row[f"{group}_avg"] = statistics.fmean(scores[t]["mean"] for t in present) if present else None
-            row[f"{group}_avg_max"] = statistics.fmean(scores[t]["max"] for t in present) if present else None
+                   scores=scores, **group_averages(scores, tasks))
         row["throughput"] = {head: speeds[key]["samples_per_s"] for head, speeds in throughput.items() if key in speeds}
         if training and key in training:
             row["train_minutes"] = sum(stage.get("train_seconds") or 0 for stage in training[key].values()
@@ -438,6 +434,17 @@ def summarize_results(models: list[str], tasks: list[str], evaluations: dict[str
         row["throughput_gain"] = {head: value / reference["throughput"][head]
                                   for head, value in row["throughput"].items() if head in reference["throughput"]}
     return rows
+
+
+def group_averages(scores: dict[str, dict], tasks: list[str]) -> dict[str, float | None]:
+    """A row's sentence and token averages over its ``tasks`` (``sentence_avg``, ``token_avg``; of
+    the composition seeds' best too: ``..._avg_max``), None for a group without a task."""
+    averages = {}
+    for group, members in (("sentence", SENTENCE_TASKS), ("token", TOKEN_TASKS)):
+        present = [t for t in tasks if t in members]
+        for suffix, stat in (("", "mean"), ("_max", "max")):
+            averages[f"{group}_avg{suffix}"] = statistics.fmean(scores[t][stat] for t in present) if present else None
+    return averages
 
 
 def retention(row: dict[str, Any], reference: dict[str, Any], tasks: list[str]) -> dict[str, float]:
