@@ -19,6 +19,12 @@ from pathlib import Path
 IGNORED = {"output_dir"}  # where a run trains is not a setting of it
 
 
+def _setting(key: str, value):
+    """A setting as runs compare it: the encoder a run starts from by its row and stage only (e.g.
+    mux-bert-5/2-pretrain), since the folder its runs sit in moves between sessions (RUNS)."""
+    return tuple(Path(value).parts[-2:]) if key == "init" and isinstance(value, str) else value
+
+
 def load_runs(folder: Path) -> list[dict]:
     """Every scored run in ``folder``: name, the settings it changed against its row's table run, and
     its evaluation. The rows' own runs come first, with nothing changed."""
@@ -39,7 +45,7 @@ def load_runs(folder: Path) -> list[dict]:
         base = tables[row]
         run["row"] = row
         run["changed"] = {key: value for key, value in run["config"].items()
-                          if key not in IGNORED and base.get(key) != value}
+                          if key not in IGNORED and _setting(key, base.get(key)) != _setting(key, value)}
     return sorted(runs, key=lambda r: (r["row"], not r["table"], r["name"]))
 
 

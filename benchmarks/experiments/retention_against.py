@@ -3,7 +3,7 @@ row's sentence / token retention against its own run's N = 1 row and against the
 another run (e.g. one primed by `retrieval.prime_plain_rows`), and the retention checks each gives.
 A baseline trained better than the table's says whether a retention above 100 % is real.
 
-    python3 benchmarks/experiments/retention_against.py TABLE/results.json PROBE/results.json [...] \
+    python3 benchmarks/experiments/retention_against.py TABLE/results.json [PROBE/results.json ...] \
         [--label primed] [--seeds KEY=DIR ...] [--probe-seeds KEY=DIR ...] --output PROBE/retention-against.md
 
 Every N = 1 row of a PROBE run replaces the table's row of the same key; rows measured against
@@ -13,7 +13,8 @@ composition's churn do not depend on the baseline's training.
 A row's one fine-tuning run per task is one data-order seed. ``--seeds KEY=DIR`` gives the table's
 row KEY, on DIR's task, the mean over its runs in DIR (a `benchmarks/run_stable_finetune_again.sh`
 folder: the row's own run and the runs that changed only the seed); ``--probe-seeds`` does the
-same for a probe's N = 1 row. The retention then reads seed means on both sides.
+same for a probe's N = 1 row. The retention then reads seed means on both sides. Without a PROBE,
+the table with its seed means is read against the table as it ran (one run per task).
 """
 
 from __future__ import annotations
@@ -89,8 +90,10 @@ def against(table: dict, probes: list[dict], seeds: dict[str, Path] | None = Non
             if key not in rows:
                 raise SystemExit(f"{key}: the table has no such row to replace")
             rows[key], replaced = copy.deepcopy(row), replaced + [key]
-    if not replaced:
+    if probes and not replaced:
         raise SystemExit("no N = 1 row in the probe run(s): nothing to measure against")
+    if not probes and not seeds:
+        raise SystemExit("neither a probe run nor seed folders: nothing to read again")
     notes += with_seed_means({key: rows[key] for key in replaced}, probe_seeds or {}, table["tasks"], label)
     _measure_again(rows, set(replaced), table["tasks"])
     return rows, replaced, own, notes
@@ -102,27 +105,38 @@ def _retention_checks(rows: dict) -> dict[tuple[str, str], dict]:
 
 def report(table: dict, probes: list[dict], label: str, seeds: dict[str, Path] | None = None,
            probe_seeds: dict[str, Path] | None = None) -> str:
+    """With probes: the table's rows (with any seed means) against the probes' N = 1 rows. Without:
+    the table's rows as it ran them (one run per task) against the same with the seed means."""
     rows, replaced, own, notes = against(table, probes, seeds, probe_seeds, label)
+    if probes:
+        before, after, names, moved = own, rows, ("the table's", label), set(replaced)
+    else:
+        before, after, names, moved = table["rows"], own, ("one run", "seed means"), set(seeds)
     lines = [f"- {note}" for note in notes] + ([""] if notes else [])
     lines += ["| N = 1 row | sentence avg | token avg |", "|---|---|---|"]
-    for key in replaced:
-        for name, source in (("the table's", own), (label, rows)):
+    for key in [k for k in after if after[k]["num_instances"] == 1 and k in moved]:
+        for name, source in zip(names, (before, after)):
             lines.append(f"| {source[key]['label']} ({name}) | {source[key]['sentence_avg']:.1f} | "
                          f"{source[key]['token_avg']:.1f} |")
-    lines += ["", f"| model | against | sentence retention: the table's / {label} | token retention: the table's / "
-                  f"{label} |", "|---|---|---|---|"]
-    for key, row in rows.items():
-        if row.get("baseline_used") not in replaced or key in replaced:
-            continue
-        cells = [f"{100 * own[key]['retention'][f'{g}_avg']:.1f}% / {100 * row['retention'][f'{g}_avg']:.1f}%"
+    affected_rows = [key for key, row in after.items() if row["num_instances"] > 1 and row.get("baseline_used") in after
+                     and (row["baseline_used"] in moved if probes else moved & {key, row["baseline_used"]})]
+    lines += ["", f"| model | against | sentence retention: {names[0]} / {names[1]} | token retention: {names[0]} / "
+                  f"{names[1]} |", "|---|---|---|---|"]
+    for key in affected_rows:
+        cells = [f"{100 * before[key]['retention'][f'{g}_avg']:.1f}% / {100 * after[key]['retention'][f'{g}_avg']:.1f}%"
                  for g in ("sentence", "token")]
-        lines.append(f"| {row['label']} | {rows[row['baseline_used']]['label']} | {cells[0]} | {cells[1]} |")
-    before, after = _retention_checks(own), _retention_checks(rows)
-    affected = [k for k in after if rows[k[0]].get("baseline_used") in replaced and k[0] not in replaced]
-    lines += ["", f"Retention checks of these rows met: {sum(before[k]['met'] for k in affected)} of {len(affected)} "
-                  f"against the table's N = 1 rows, {sum(after[k]['met'] for k in affected)} against {label}."]
-    lines += [f"- now {'met' if after[k]['met'] else 'MISSED'}: {after[k]['message'].split(' ', 1)[1].strip()}"
-              for k in affected if before[k]["met"] != after[k]["met"]]
+        lines.append(f"| {after[key]['label']} | {after[after[key]['baseline_used']]['label']} | {cells[0]} | {cells[1]} |")
+    checks_before, checks_after = _retention_checks(before), _retention_checks(after)
+    affected = [k for k in checks_after if k[0] in affected_rows]
+    met_before, met_after = (sum(checks[k]["met"] for k in affected) for checks in (checks_before, checks_after))
+    if probes:
+        lines += ["", f"Retention checks of these rows met: {met_before} of {len(affected)} against the table's N = 1 "
+                      f"rows, {met_after} against {label}."]
+    else:
+        lines += ["", f"Retention checks of these rows met: {met_before} of {len(affected)} with one run per task, "
+                      f"{met_after} with the seed means."]
+    lines += [f"- now {'met' if checks_after[k]['met'] else 'MISSED'}: {checks_after[k]['message'].split(' ', 1)[1].strip()}"
+              for k in affected if checks_before[k]["met"] != checks_after[k]["met"]]
     return "\n".join(lines) + "\n"
 
 
@@ -139,7 +153,7 @@ def _folders(pairs: list[str]) -> dict[str, Path]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("table", type=Path, help="the reproduction's results.json")
-    parser.add_argument("probes", type=Path, nargs="+", help="results.json of runs with N = 1 rows trained otherwise")
+    parser.add_argument("probes", type=Path, nargs="*", help="results.json of runs with N = 1 rows trained otherwise")
     parser.add_argument("--label", default="the probe's", help="what the probes' N = 1 rows are called")
     parser.add_argument("--seeds", nargs="+", default=[], metavar="KEY=DIR",
                         help="the table's row KEY scored by the mean of its seed runs in DIR (a fine-tuning-again folder)")

@@ -124,3 +124,20 @@ def test_seed_folders_it_cannot_read_are_refused(script, tmp_path):
         script.against(table, [probe], {"tmux-2": folder})
     with pytest.raises(SystemExit, match="expected KEY=DIR"):
         script.main([str(tmp_path), str(tmp_path), "--seeds", str(folder)])
+
+
+def test_without_a_probe_it_reads_the_table_with_seed_means_against_its_one_run_per_task(script, tmp_path, capsys):
+    table = _with_max(_table())
+    paths = {"electra": _seed_folder(tmp_path / "electra", "electra", [50.0, 52.0, 54.0]),
+             "mux-electra-2": _seed_folder(tmp_path / "mux", "mux-electra-2", [49.5, 47.5, 48.5])}
+    (tmp_path / "table.json").write_text(json.dumps(table))
+    script.main([str(tmp_path / "table.json"), "--seeds", *(f"{key}={path}" for key, path in paths.items())])
+    text = capsys.readouterr().out
+    assert "| ELECTRA (one run) | 80.0 | 50.0 |" in text and "| ELECTRA (seed means) | 80.0 | 51.0 |" in text
+    # 49.5 / 50 with one run per task, 49.0 / 51.0 with the seed means
+    assert "| MUX-ELECTRA N=2 | ELECTRA | 98.8% / 98.8% | 99.0% / 96.1% |" in text
+    assert "MUX-BERT" not in text  # neither it nor its baseline has seed runs
+    assert "Retention checks of these rows met: 2 of 2 with one run per task, 1 with the seed means." in text
+    assert "- now MISSED: MUX-ELECTRA N=2: token retention 96.1% (target >= 98.0%)" in text
+    with pytest.raises(SystemExit, match="nothing to read again"):
+        script.against(table, [])
