@@ -26,7 +26,7 @@ def _setting(key: str, value):
 
 
 def load_runs(folder: Path) -> list[dict]:
-    """Every scored run in ``folder``: name, the settings it changed against its row's table run, and
+    """Every scored run in ``folder``: name, the settings it changed against its row's own run, and
     its evaluation. The rows' own runs come first, with nothing changed."""
     runs = []
     for scored in sorted(folder.glob("*-eval.json")):
