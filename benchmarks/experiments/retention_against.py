@@ -55,11 +55,12 @@ def with_seed_means(rows: dict, seeds: dict[str, Path], tasks: list[str], side: 
         if task not in tasks:
             raise SystemExit(f"{folder}: {task} is not one of the table's tasks")
         scores = [100 * run["eval"]["summary"]["main"]["mean"] for run in runs]
-        rows[key]["scores"][task] = {**rows[key]["scores"][task], "mean": statistics.fmean(scores),
+        mean = statistics.fmean(scores)
+        rows[key]["scores"][task] = {**rows[key]["scores"][task], "mean": mean,
                                      "max": statistics.fmean(100 * run["eval"]["summary"]["main"]["max"] for run in runs)}
         rows[key].update(group_averages(rows[key]["scores"], tasks))
         seeds_run = ", ".join(str(run["config"].get("seed")) for run in runs)
-        notes.append(f"{rows[key]['label']} ({side}), {task}: {statistics.fmean(scores):.1f}, the mean of {len(runs)} runs "
+        notes.append(f"{rows[key]['label']} ({side}), {task}: {mean:.1f}, the mean of {len(runs)} runs "
                      f"(data-order seeds {seeds_run}; {min(scores):.1f}-{max(scores):.1f}) in {folder}")
     return notes
 
@@ -119,7 +120,7 @@ def report(table: dict, probes: list[dict], label: str, seeds: dict[str, Path] |
             lines.append(f"| {source[key]['label']} ({name}) | {source[key]['sentence_avg']:.1f} | "
                          f"{source[key]['token_avg']:.1f} |")
     affected_rows = [key for key, row in after.items() if row["num_instances"] > 1 and row.get("baseline_used") in after
-                     and (row["baseline_used"] in moved if probes else moved & {key, row["baseline_used"]})]
+                     and moved & {key, row["baseline_used"]}]
     lines += ["", f"| model | against | sentence retention: {names[0]} / {names[1]} | token retention: {names[0]} / "
                   f"{names[1]} |", "|---|---|---|---|"]
     for key in affected_rows:
