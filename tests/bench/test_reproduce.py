@@ -175,20 +175,25 @@ def test_the_gpu_preset_is_the_full_rule_three_times_as_long():
 
 
 def test_stable_adds_the_same_levers_to_the_cpu_and_the_gpu_rule():
-    """``--stable`` is one change made to either rule: ``--gpu --stable`` is the GPU's longer
-    fine-tuning with one unmuxed layer and consistency on the sentence tasks, nothing else."""
+    """``--stable`` is one change made to either rule: one unmuxed layer and consistency on the
+    sentence tasks; on the CPU also the shorter grid (900 steps, 150 of them warm-up, weight 8), on
+    the GPU its three times longer fine-tuning as it was, at weight 4. Nothing else."""
     from muxplm.bench.cli import _reproduction_preset
     from muxplm.cli import build_parser
 
-    for base, stable in (("full", "stable"), ("gpu", "gpu-stable")):
+    for base, stable, weight, finetune in (("full", "stable", 8.0, {"max_steps": 900, "warmup_steps": 150}),
+                                            ("gpu", "gpu-stable", 4.0, {})):
         plain, levers = resolve_recipe(base), resolve_recipe(stable)
         assert levers["retrieval"] == {**plain["retrieval"], "num_unmuxed_layers": 1}
+        assert levers["finetune"] == {**plain["finetune"], **finetune}
         for task in ("sentiment", "trec"):
-            assert levers["task_finetune"][task] == {**plain["task_finetune"][task], "consistency_weight": 4.0}
+            assert levers["task_finetune"][task] == {**plain["task_finetune"][task], "consistency_weight": weight}
         assert levers["task_finetune"]["ner"] == plain["task_finetune"]["ner"]
-        assert {k: v for k, v in levers.items() if k not in ("retrieval", "task_finetune")} == \
-            {k: v for k, v in plain.items() if k not in ("retrieval", "task_finetune")}
+        changed = ("retrieval", "finetune", "task_finetune")
+        assert {k: v for k, v in levers.items() if k not in changed} == \
+            {k: v for k, v in plain.items() if k not in changed}
     assert resolve_recipe("gpu-stable")["finetune"]["max_steps"] == 4500
+    assert resolve_recipe("full")["finetune"]["max_steps"] == 1500  # the rule without the levers keeps its grid
 
     def preset(*flags):
         args = build_parser().parse_args(["reproduce", *flags])
@@ -867,7 +872,7 @@ def test_the_stable_preset_runs_one_unmuxed_layer_and_consistency_on_sentence_ta
         folder = tmp_path / "runs" / key / f"3-{task}"
         return json.loads((folder / "train_config.json").read_text()), json.loads((folder / "config.json").read_text())
 
-    assert trained("mux-bert-2", "sentiment")[0]["consistency_weight"] == 4.0
+    assert trained("mux-bert-2", "sentiment")[0]["consistency_weight"] == 8.0
     assert trained("mux-bert-2", "pos")[0]["consistency_weight"] == 0.0
     assert trained("bert", "sentiment")[0]["consistency_weight"] == 0.0
     assert trained("mux-bert-2", "sentiment")[1]["num_unmuxed_layers"] == 1
