@@ -8,7 +8,9 @@
 #
 #   CODE=cc53eb0 ONLY=2,3 bash benchmarks/run_reproduce_paper.sh    # one pair of CPU shards: a session's worth
 #   MERGE=1 bash benchmarks/run_reproduce_paper.sh                  # the parts in so far, merged again
-#   CODE=4ca13c3 PRESET=stable ONLY=3,7 bash benchmarks/run_reproduce_paper.sh  # the stable recipe, a row a shard
+#   CODE=4ca13c3 PRESET=stable ONLY=3,7 bash benchmarks/run_reproduce_paper.sh  # the stable recipe (then 1,500 steps), a row a shard
+#   PRESET=stable bash benchmarks/run_reproduce_paper.sh --set mixed_precision=bf16  # today's stable grid, every row:
+#       about 3 hours on a 2-core CPU with native bf16 (paper-stable/bf16-900-w150)
 #   TASKS=sentiment,trec ... bash benchmarks/run_reproduce_paper.sh --set pretrain.max_steps=2000
 #       # shards on some tasks only, with recipe settings changed (into their own RUNS and OUT)
 #
@@ -59,8 +61,8 @@ RECIPE_OVERRIDES=("$@")  # the script's arguments go to every shard's training (
 # 120, 90 | 120, 90 | 145, 145 | 115, 160 | 125, 125.
 if [ "$PRESET" = stable ]; then
     # One row a shard: a session runs what fits, PARALLEL at a time, and the parts accumulate.
-    # MUX-BERT / MUX-ELECTRA at N = 2 / 5 / 10 took 31-41 min of training each (two side by side,
-    # 2026-11-28); the N = 1 rows are as under `full` (the levers do not apply to them).
+    # At 900 steps in bf16 (AVX-512 BF16, two side by side, 2026-12-03) a tiny row trained for 11-15 min,
+    # a contextual row for 21-23, the larger size's for 34-36 (its N = 1 row over two shards).
     # The larger size (17-19) as under `full`: its N = 1 row's tasks over two shards.
     SHARDS=(bert mux-bert-2 mux-bert-5 mux-bert-10 electra mux-electra-2 mux-electra-5 mux-electra-10
             tmux-2 tmux-5 tmux-10 prefix-2 prefix-5 prefix-10 contextual-2 contextual-5 contextual-10

@@ -253,9 +253,9 @@ REPRODUCTION_PRESETS["gpu"].update(
 # On the CPU the stable rule fine-tunes 900 steps, not 1,500, so that the whole table fits 4 hours on
 # two cores (paper-stable/bf16-900-w150: every stage in bf16). The shorter grid needs two changes:
 # consistency weight 8, without which MUX-ELECTRA N = 2's trec churn rose to 6.3 % over three
-# data-order seeds (4.8 % with 8: paper-stable/grid-900), and the 1,500-step grid's 150 warm-up steps,
-# without which MUX-ELECTRA N = 10's NER stayed on the plateau where every token is O at two of three
-# seeds (paper-stable/bf16-900/ner-warmup-mux-electra-10).
+# data-order seeds (4.8 % with 8: paper-stable/grid-900), and the 1,500-step grid's 150 warm-up steps
+# (with 90, MUX-ELECTRA N = 10's NER reached F1 0.0 / 8.5 / 21.7 over three data-order seeds, every
+# token O at the first; with 150, 22.0 / 20.7: paper-stable/bf16-900/ner-warmup-mux-electra-10).
 STABLE_CPU_FINETUNE = dict(max_steps=900, warmup_steps=150)
 STABLE_CPU_CONSISTENCY_WEIGHT = 8.0
 
