@@ -873,6 +873,8 @@ def test_the_stable_preset_runs_one_unmuxed_layer_and_consistency_on_sentence_ta
         return json.loads((folder / "train_config.json").read_text()), json.loads((folder / "config.json").read_text())
 
     assert trained("mux-bert-2", "sentiment")[0]["consistency_weight"] == 8.0
+    # the CPU grid's warm-up reaches every fine-tuning, N = 1 and token tasks included
+    assert {trained(key, task)[0]["warmup_steps"] for key in ("bert", "mux-bert-2") for task in ("sentiment", "pos")} == {150}
     assert trained("mux-bert-2", "pos")[0]["consistency_weight"] == 0.0
     assert trained("bert", "sentiment")[0]["consistency_weight"] == 0.0
     assert trained("mux-bert-2", "sentiment")[1]["num_unmuxed_layers"] == 1
