@@ -10,7 +10,9 @@ Only the rows both runs trained are compared; the minutes are each row's own tra
 time of its stages), as `table.md` reports them. The last lines say what the rows would take on
 `--lanes` shards side by side (the reproduction's shards, longest row first, each row's wall
 minutes), and the merge that times them all, where a run was merged from shards; where a run has
-rows the other lacks, one more line says the same of all its rows (its whole run).
+rows the other lacks, one more line says the same of all its rows (its whole run). Where some of a
+run's rows have no wall minutes (stages reused across the run's starts), a last line estimates its
+whole time from every row's train minutes, scaled by the wall-to-train ratio of the rows with both.
 """
 
 from __future__ import annotations
@@ -120,7 +122,23 @@ def markdown(rows: list[dict], labels: tuple[str, str], lanes: int = 2,
         lines.append(f"All of {label}'s rows with wall minutes ({len(walls)}; also {', '.join(r['label'] for r in more)}): "
                      f"{lane_minutes / 60:.1f} h longest row first{merged}; split evenly, "
                      f"{sum(walls):.0f} min, {sum(walls) / lanes / 60:.2f} h.")
+    for side, label, merge, more in zip(("base", "other"), labels, merge_minutes, extra):
+        estimate = _estimate_from_train_minutes([row[side] for row in rows] + list(more), lanes, merge)
+        if estimate:
+            lines.append(f"{label}'s rows without wall minutes at their train minutes times {estimate}")
     return "\n".join(lines) + "\n"
+
+
+def _estimate_from_train_minutes(rows: list[dict], lanes: int, merge: float | None) -> str | None:
+    """The whole run's time where some rows have no wall minutes (their stages reused across starts):
+    each such row at its train minutes times the wall-to-train ratio of the rows that have both."""
+    timed = [row for row in rows if row["wall"] and row["minutes"]]
+    if not timed or len(timed) == len(rows) or any(not row["minutes"] for row in rows):
+        return None
+    ratio = sum(row["wall"] for row in timed) / sum(row["minutes"] for row in timed)
+    lane_minutes, merged = _schedule([row["wall"] or row["minutes"] * ratio for row in rows], lanes, merge)
+    return (f"{ratio:.3f} (the wall-to-train ratio of the {len(timed)} rows with both), all {len(rows)} rows: "
+            f"{lane_minutes / 60:.2f} h longest row first{merged} (an estimate).")
 
 
 def main(argv=None) -> None:

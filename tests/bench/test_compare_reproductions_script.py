@@ -52,7 +52,13 @@ def test_rows_both_runs_trained_are_set_side_by_side_with_their_minutes(script, 
     base["rows"]["bert"]["wall_minutes"] = None
     paths[0].write_text(json.dumps(base))
     script.main([str(paths[0]), str(paths[1])])
-    assert "take 0.5 h (base, 1 of the 2 rows) against 0.4 h (other) + 10 min" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "take 0.5 h (base, 1 of the 2 rows) against 0.4 h (other) + 10 min" in text
+    # and the whole run estimated from train minutes at the timed rows' ratio, (31 + 61) / (30 + 60):
+    # BERT at 40 x 1.022 = 40.9 shares a lane with MUX-BERT's 31, T-MUX's 61 has the other
+    assert "base's rows without wall minutes at their train minutes times 1.022 (the wall-to-train ratio " \
+           "of the 2 rows with both), all 3 rows: 1.20 h longest row first (an estimate)." in text
+    assert "other's rows without wall minutes" not in text  # every row of it has wall minutes
 
 
 def test_rows_are_packed_onto_lanes_longest_first(script):
