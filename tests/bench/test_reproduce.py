@@ -1,5 +1,6 @@
 """The reproduction driver end to end on a micro recipe, and its bookkeeping on known numbers."""
 
+import copy
 import json
 from pathlib import Path
 
@@ -189,7 +190,11 @@ def test_stable_adds_the_same_levers_to_the_cpu_and_the_gpu_rule():
         for task in ("sentiment", "trec"):
             assert levers["task_finetune"][task] == {**plain["task_finetune"][task], "consistency_weight": weight}
         assert levers["task_finetune"]["ner"] == plain["task_finetune"]["ner"]
-        changed = ("retrieval", "finetune", "task_finetune")
+        # the larger size's trec weight on the CPU (the next test); its rates unchanged
+        small = copy.deepcopy(levers["sizes"]["small"])
+        assert small["task_finetune"].pop("trec", None) == ({"consistency_weight": 12.0} if stable == "stable" else None)
+        assert {**levers["sizes"], "small": small} == plain["sizes"]
+        changed = ("retrieval", "finetune", "task_finetune", "sizes")
         assert {k: v for k, v in levers.items() if k not in changed} == \
             {k: v for k, v in plain.items() if k not in changed}
     assert resolve_recipe("gpu-stable")["finetune"]["max_steps"] == 4500
@@ -223,6 +228,24 @@ def test_a_row_of_its_own_size_fine_tunes_at_that_sizes_rate(monkeypatch, tmp_pa
         assert sentiment.sentence_pooling == "mean" and sentiment.max_steps == settings("bert", "sentiment").max_steps
     recipe["sizes"] = {}  # without a rate of its own, the size takes the rule's
     assert settings("bert-small", "ner").lr == 1e-3
+
+
+def test_the_stable_cpu_rule_gives_the_larger_size_more_consistency_on_trec(monkeypatch, tmp_path):
+    """On the CPU `--stable` fine-tunes the larger size's MUX row on trec at weight 12 (8 elsewhere);
+    its N = 1 row has no composition and drops the weight; the GPU's stable rule is unchanged."""
+    from muxplm.bench import reproduce
+
+    monkeypatch.setattr(reproduce, "_run", lambda config: config)
+
+    def weight(preset, key, task):
+        return finetune_model(key, task, str(tmp_path / "init"), resolve_recipe(preset), tmp_path, None)[1].consistency_weight
+
+    assert weight("stable", "mux-bert-small-2", "trec") == 12.0
+    assert weight("stable", "mux-bert-small-2", "sentiment") == weight("stable", "mux-bert-2", "trec") == 8.0
+    assert weight("stable", "bert-small", "trec") in (None, 0.0)  # the N = 1 row: nothing to agree over
+    small = resolve_recipe("stable")["sizes"]["small"]
+    assert small["finetune"] == {"lr": 1e-4} and small["task_finetune"]["ner"] == {"lr": 5e-4}  # the size's rates kept
+    assert weight("gpu-stable", "mux-bert-small-2", "trec") == weight("gpu-stable", "mux-bert-2", "trec") == 4.0
 
 
 def test_a_row_of_its_own_size_pre_trains_by_that_sizes_settings(monkeypatch, tmp_path):
