@@ -260,8 +260,8 @@ STABLE_CPU_FINETUNE = dict(max_steps=900, warmup_steps=150)
 STABLE_CPU_CONSISTENCY_WEIGHT = 8.0
 # The larger size (4 layers of 512, at its own rate) takes weight 12 on trec: at 8, 5.4 % of its
 # answers changed with the composition (4.8-6.0 % over three data-order seeds), at 12 3.5 % (2.8-4.7)
-# for 0.6 of a point (82.9 against 83.5, within the seeds' spread); 16 cost 2.7 points, its dev curve
-# still rising at 900 steps (paper-stable/bf16-900-w150/trec-small).
+# for 0.6 of a point (82.9 against 83.5, within the seeds' spread); 16 cost 2.7 points, two of its
+# three dev curves still rising at 900 steps (paper-stable/bf16-900-w150/trec-small).
 STABLE_CPU_SIZE_CONSISTENCY = dict(small=dict(trec=12.0))
 
 
