@@ -10,7 +10,7 @@
 #   MERGE=1 bash benchmarks/run_reproduce_paper.sh                  # the parts in so far, merged again
 #   CODE=4ca13c3 PRESET=stable ONLY=3,7 bash benchmarks/run_reproduce_paper.sh  # the stable recipe (then 1,500 steps), a row a shard
 #   PRESET=stable bash benchmarks/run_reproduce_paper.sh --set mixed_precision=bf16  # today's stable grid, every row:
-#       about 3 hours on a 2-core CPU with native bf16 (paper-stable/bf16-900-w150)
+#       3.2 hours measured on 2-core CPUs with native bf16, over two starts (paper-stable/from-scratch)
 #   TASKS=sentiment,trec ... bash benchmarks/run_reproduce_paper.sh --set pretrain.max_steps=2000
 #       # shards on some tasks only, with recipe settings changed (into their own RUNS and OUT)
 #
