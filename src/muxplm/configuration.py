@@ -10,6 +10,7 @@ from __future__ import annotations
 from huggingface_hub.dataclasses import strict
 from transformers import BertConfig, DistilBertConfig, ElectraConfig, MPNetConfig, RobertaConfig
 
+from . import released
 from .demux import DEMUX_REGISTRY
 from .mux import MUX_REGISTRY
 
@@ -39,10 +40,11 @@ MUX_FIELDS = (
     "retrieval_softmax",
     "sentence_pooling",
     "num_unmuxed_layers",
+    "forward_variant",
 )
 SENTENCE_POOLING = ("first", "mean")
 RETRIEVAL_SOFTMAX = ("full", "in_batch")
-IDENTITY_FIELDS = ("num_instances", "mux_type", "demux_type", "num_unmuxed_layers")
+IDENTITY_FIELDS = ("num_instances", "mux_type", "demux_type", "num_unmuxed_layers", "forward_variant")
 
 
 def _validate_mux_fields(config) -> None:
@@ -86,6 +88,7 @@ def _validate_mux_fields(config) -> None:
             f"binary_hadamard gives each instance its own block of dimensions: the width "
             f"{config.mux_width} is smaller than num_instances={n}"
         )
+    released.validate_config(config)
     prefix = config.num_prefix_tokens
     if prefix and config.max_input_tokens < 1:
         raise ValueError(
@@ -115,6 +118,8 @@ class MuxConfigMixin:
     # encoder-only families (MPNet, DistilBERT) do not have; the others' own fields come first.
     is_decoder = False
     add_cross_attention = False
+    # Only MUX-BERT and MUX-ELECTRA have the paper's released checkpoints, and the field.
+    forward_variant = "native"
 
     @property
     def num_reserved_positions(self) -> int:
@@ -133,6 +138,14 @@ class MuxConfigMixin:
         """A config of a named size (``tiny``, ``small``, ``base``, ``large``); kwargs override."""
         return cls(**{**preset_kwargs(preset), **kwargs})
 
+    def to_diff_dict(self) -> dict:
+        """As Transformers', but always with the labels: its diff leaves out a default label set
+        (two labels), and a reader of config.json would then not know how many the head has."""
+        settings = super().to_diff_dict()
+        settings.setdefault("id2label", {str(key): value for key, value in self.id2label.items()})
+        settings.setdefault("label2id", dict(self.label2id))
+        return settings
+
     @property
     def mux_width(self) -> int:
         """Width of the multiplexed vectors: the encoder width (ELECTRA multiplexes after
@@ -141,6 +154,8 @@ class MuxConfigMixin:
 
     @property
     def num_prefix_tokens(self) -> int:
+        if self.forward_variant == "released":
+            return released.prefix_length(self)
         return DEMUX_REGISTRY[self.demux_type].prefix_length(self)
 
 
@@ -168,6 +183,9 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
             instance alone before the mixture (0, the paper's model, mixes the embeddings). Each
             one costs N times its multiplexed price; in exchange a warm-started encoder keeps
             its first layers' view of the input.
+        forward_variant: ``native`` (muxplm's forward pass) or ``released``: the computation the
+            paper's released checkpoints were trained with (:mod:`muxplm.released`), set when
+            one is loaded.
 
     Named sizes: ``MuxBertConfig.from_preset("tiny" | "small" | "base" | "large", **overrides)``.
     """
@@ -184,6 +202,7 @@ class MuxBertConfig(MuxConfigMixin, BertConfig):
     retrieval_softmax: str = "full"
     sentence_pooling: str = "first"
     num_unmuxed_layers: int = 0
+    forward_variant: str = "native"
 
     def __post_init__(self, **kwargs):
         _validate_mux_fields(self)
@@ -212,6 +231,7 @@ class MuxElectraConfig(MuxConfigMixin, ElectraConfig):
     retrieval_softmax: str = "full"
     sentence_pooling: str = "first"
     num_unmuxed_layers: int = 0
+    forward_variant: str = "native"
     discriminator_loss_weight: float | int = 50.0
     replace_probability: float | int = 0.15
 

@@ -26,6 +26,10 @@ register_demux = DEMUX_REGISTRY.register
 
 
 def build_demux(config) -> nn.Module:
+    if getattr(config, "forward_variant", "native") == "released":  # the paper's checkpoints' own modules
+        from .released import RELEASED_DEMUX
+
+        return RELEASED_DEMUX[config.demux_type](config)
     return DEMUX_REGISTRY.build(config.demux_type, config)
 
 
@@ -51,6 +55,10 @@ class Demultiplexer(nn.Module):
         # Every registered demultiplexer defines it; one that does not cannot serve mean pooling.
         raise TypeError(f"the {self.registry_name} demultiplexer does not demultiplex pooled states: use "
                         f"sentence_pooling='first' with it, or define demux_states")
+
+    def sentence_states(self, h_mux: torch.Tensor) -> torch.Tensor:
+        """Every instance's sentence vector ``[G, N, H]``: its demultiplexed first token."""
+        return self(h_mux, torch.zeros(1, dtype=torch.long, device=h_mux.device))[:, :, 0]
 
     def prefix_embeddings(self, slot_index: torch.Tensor) -> torch.Tensor | None:
         """Word-level embeddings ``[S, P, E]`` to prepend to each slot's tokens (T-MUX only)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch import nn
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertEncoder, BertOnlyMLMHead
 
 from .configuration import MuxBertConfig
@@ -17,6 +18,7 @@ from .modeling_mux import (
     RetrievalHead,
 )
 from .mux import build_mux
+from .released import ReleasedHead, is_released
 
 
 class MuxBertPreTrainedModel(MuxPreTrainedModel):
@@ -51,6 +53,7 @@ class MuxBertForMaskedLM(MuxMaskedLMMixin, MuxBertPreTrainedModel):
     with BERT's MLM head."""
 
     base_model_class = MuxBertModel
+    released_head = ReleasedHead(token_types=True, demux_path="mlm")
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -60,6 +63,9 @@ class MuxBertForMaskedLM(MuxMaskedLMMixin, MuxBertPreTrainedModel):
         super().__init__(config)
         self._build_base(config)
         self.cls = BertOnlyMLMHead(config)
+        if is_released(config) and config.demux_type == "prefix":
+            # The released prefix model's masked-LM stack ends in its own LayerNorm: no transform.
+            self.cls.predictions.transform = nn.Identity()
         if config.retrieval_loss_weight:
             self.retrieval_head = RetrievalHead(config)
         self.post_init()
@@ -79,6 +85,7 @@ class MuxBertForSequenceClassification(MuxSequenceClassificationMixin, MuxBertPr
     """Sentence(-pair) classification or regression (``num_labels=1``)."""
 
     base_model_class = MuxBertModel
+    released_head = ReleasedHead(instance_mask=True)
 
 
 class MuxBertForTokenClassification(MuxTokenClassificationMixin, MuxBertPreTrainedModel):

@@ -27,6 +27,7 @@ from .modeling_mux import (
     validate_labels,
 )
 from .mux import build_mux
+from .released import ReleasedElectraSentenceHead, ReleasedHead, is_released
 
 
 class MuxElectraPreTrainedModel(MuxPreTrainedModel):
@@ -68,6 +69,7 @@ class MuxElectraForPreTraining(MuxHeadMixin, MuxElectraPreTrainedModel):
     token was replaced, 0 where it is original, -100 where it does not count."""
 
     base_model_class = MuxElectraModel
+    released_head = ReleasedHead(token_types=True)
 
     def __init__(self, config: MuxElectraConfig):
         super().__init__(config)
@@ -104,12 +106,22 @@ class MuxElectraForPreTraining(MuxHeadMixin, MuxElectraPreTrainedModel):
 
 
 class MuxElectraForSequenceClassification(MuxSequenceClassificationMixin, MuxElectraPreTrainedModel):
-    """Sentence(-pair) classification or regression (``num_labels=1``)."""
+    """Sentence(-pair) classification or regression (``num_labels=1``); a released model has
+    ELECTRA's classification head (dense, GELU, projection) instead of one linear layer."""
 
     base_model_class = MuxElectraModel
+    released_head = ReleasedHead(forces_cls=False, instance_mask=True)
+
+    def __init__(self, config: MuxElectraConfig):
+        super().__init__(config)
+        if is_released(config):
+            self.dropout = nn.Identity()  # the head has its own dropouts
+            self.classifier = ReleasedElectraSentenceHead(config)
+            self.post_init()
 
 
 class MuxElectraForTokenClassification(MuxTokenClassificationMixin, MuxElectraPreTrainedModel):
     """A label per token (POS, NER)."""
 
     base_model_class = MuxElectraModel
+    released_head = ReleasedHead(forces_cls=False)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -25,6 +27,7 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
+from . import released
 from .configuration import IDENTITY_FIELDS
 from .demux import Demultiplexer
 from .devices import host_checks_wanted
@@ -207,6 +210,10 @@ class MuxBackboneMixin:
     :meth:`prefixed_position_ids`, :meth:`project_embeddings`) and how to call a layer
     (:meth:`layer_arguments`, :meth:`run_layer`)."""
 
+    # What the released forward reads of its head (:class:`muxplm.released.ReleasedHead`); the
+    # head model sets its own when it builds the base model.
+    released_head = released.CLASSIFIER_HEAD
+
     def get_input_embeddings(self):
         return self.embeddings.word_embeddings
 
@@ -252,6 +259,8 @@ class MuxBackboneMixin:
         ``[G, L', H]`` and, with ``output_hidden_states``, the mixture and every later layer's
         output. The one multiplexed forward pass: :meth:`multiplex` and the ONNX export both
         call it (shapes only through ``reshape``, so exported batch sizes stay symbolic)."""
+        if released.is_released(self.config):
+            return released.encode_slots(self, slot_ids, slot_mask, slot_types, is_real, output_hidden_states)
         config, n = self.config, self.config.num_instances
         num_slots, length = slot_ids.shape
         device = slot_ids.device
@@ -373,6 +382,10 @@ class MuxBackboneMixin:
 
 # --------------------------------------------------------------------------- base class
 
+# The task heads' weights: the only ones a checkpoint may hand over in another shape, when the caller
+# asks (``ignore_mismatched_sizes``: a head for another label set starts afresh).
+HEAD_PREFIXES = ("classifier.", "cls.", "discriminator_predictions.", "retrieval_head.")
+
 
 class MuxPreTrainedModel(PreTrainedModel):
     """Weight initialisation, warm start and checked loading for every MUX model.
@@ -407,7 +420,11 @@ class MuxPreTrainedModel(PreTrainedModel):
         ``regroup=True`` with another ``num_instances`` than the checkpoint's (a curriculum over
         N): the encoder and every other weight are loaded, and only the per-instance weights of
         the multiplexer and demultiplexer (keys of shape ``[N, ...]``) start afresh for the new N."""
-        saved = _read_saved_config(pretrained_model_name_or_path)
+        saved = _read_saved_config(pretrained_model_name_or_path, kwargs)
+        if released.is_released_layout(saved):
+            if regroup:
+                raise ValueError("regroup=True does not apply to the paper's released checkpoints")
+            return cls._from_released(pretrained_model_name_or_path, saved, kwargs)
         requested = kwargs.get("config")
         asked_instances = getattr(requested, "num_instances", None) if requested is not None else kwargs.get("num_instances")
         regrouping = regroup and saved is not None and asked_instances not in (None, saved.get("num_instances"))
@@ -436,31 +453,53 @@ class MuxPreTrainedModel(PreTrainedModel):
                     )
         head_may_restart = kwargs.get("ignore_mismatched_sizes", False)
         wants_info = kwargs.get("output_loading_info", False)
-        if regrouping:
-            kwargs.update(ignore_mismatched_sizes=True, output_loading_info=True)
+        # Every weight that does not fit is checked below, so the error can name it.
+        kwargs.update(ignore_mismatched_sizes=True, output_loading_info=True)
         try:
-            loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            model, info = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except SafetensorError as error:
             raise ValueError(
                 f"the weights in {pretrained_model_name_or_path} are corrupt or incomplete ({error}); "
                 f"re-save or re-download the checkpoint"
             ) from error
-        # Loading hands back trainable parameters: fixed multiplexing keys must stay frozen.
-        # A multiplexer's own (non-submodule) parameters are exactly its keys.
+        except pickle.UnpicklingError:
+            raise ValueError(
+                f"{os.path.join(str(pretrained_model_name_or_path), 'pytorch_model.bin')} is not a plain file of "
+                f"tensors (it is read with weights_only=True: nothing in it is executed); re-save the model from a "
+                f"source you trust (save_pretrained writes safetensors)"
+            ) from None
+        _freeze_mux_keys(model)
+        per_instance = (f"{model.base_model_prefix}.mux.", f"{model.base_model_prefix}.demux.")
+        for key, in_file, in_model in info.get("mismatched_keys", []):
+            if (regrouping and key.startswith(per_instance)) or (head_may_restart and key.startswith(HEAD_PREFIXES)):
+                continue
+            if regrouping:
+                raise ValueError(
+                    f"regrouping {pretrained_model_name_or_path} from num_instances={saved.get('num_instances')} "
+                    f"to {asked_instances}: {key} does not fit the new model, and only the multiplexer's and "
+                    f"demultiplexer's per-instance weights may start afresh")
+            raise ValueError(
+                f"the weights in {pretrained_model_name_or_path} do not fit its configuration: {key} has shape "
+                f"{list(in_file)} in the weight file but {list(in_model)} in the model that config.json (and the "
+                f"settings asked for) describe; a config.json edited or copied from another model?")
+        return (model, info) if wants_info else model
+
+    @classmethod
+    def _from_released(cls, name_or_path, saved: dict, kwargs: dict):
+        """A checkpoint released with the paper (the authors' layout): converted to this class's
+        config and weight names (:func:`muxplm.released.convert_checkpoint`), then loaded."""
+        hub = {key: kwargs.pop(key) for key in ("revision", "cache_dir", "token", "local_files_only") if key in kwargs}
+        folder = Path(name_or_path)
+        if not folder.is_dir():  # a hub name: its files through the Hugging Face cache
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(str(name_or_path), allow_patterns=["config.json", *released.WEIGHT_FILES],
+                                            **hub))
+        config, weights, kwargs = released.convert_checkpoint(cls, name_or_path, saved, folder, kwargs)
+        loaded = super().from_pretrained(None, config=config, state_dict=weights, **kwargs)
         model = loaded[0] if isinstance(loaded, tuple) else loaded
-        for module in model.modules():
-            if isinstance(module, Multiplexer):
-                for key in module.parameters(recurse=False):
-                    key.requires_grad_(bool(model.config.learn_mux_keys))
-        if regrouping:
-            per_instance = (f"{model.base_model_prefix}.mux.", f"{model.base_model_prefix}.demux.")
-            for key, *_ in loaded[1].get("mismatched_keys", []):
-                if not key.startswith(per_instance) and not head_may_restart:
-                    raise ValueError(
-                        f"regrouping {pretrained_model_name_or_path} from num_instances={saved.get('num_instances')} "
-                        f"to {asked_instances}: {key} does not fit the new model, and only the multiplexer's and "
-                        f"demultiplexer's per-instance weights may start afresh")
-            return loaded if wants_info else model
+        model.name_or_path = model.config._name_or_path = str(name_or_path)
+        _freeze_mux_keys(model)
         return loaded
 
     @classmethod
@@ -524,14 +563,35 @@ class MuxPreTrainedModel(PreTrainedModel):
         return model
 
 
+def _freeze_mux_keys(model) -> None:
+    """Loading hands back trainable parameters: fixed multiplexing keys must stay frozen. A
+    multiplexer's own (non-submodule) parameters are exactly its keys."""
+    for module in model.modules():
+        if isinstance(module, Multiplexer):
+            for key in module.parameters(recurse=False):
+                key.requires_grad_(bool(model.config.learn_mux_keys))
+
+
 def _one_of(names) -> str:
     quoted = [repr(name) for name in names]
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
-def _read_saved_config(path) -> dict | None:
+def _read_saved_config(path, hub_kwargs: dict | None = None) -> dict | None:
+    """The ``config.json`` of a local folder or of a hub model (through the Hugging Face cache);
+    ``None`` for a name that is neither (Transformers then reports the problem); the hub's own
+    error when it cannot provide the file."""
     config_file = os.path.join(str(path), "config.json")
-    if not os.path.isfile(config_file):
+    if not os.path.isdir(str(path)):
+        from transformers.utils import cached_file
+
+        hub = {key: value for key, value in (hub_kwargs or {}).items()
+               if key in ("revision", "cache_dir", "token", "local_files_only")}
+        try:
+            config_file = cached_file(str(path), "config.json", **hub)
+        except ValueError:  # not a hub model name either
+            return None
+    if not config_file or not os.path.isfile(config_file):
         return None
     try:
         with open(config_file) as handle:
@@ -652,9 +712,17 @@ class MuxHeadMixin:
     Transformers'."""
 
     base_model_class: type
+    # How the paper's released model of this head fed the forward pass (forward_variant="released").
+    released_head = released.CLASSIFIER_HEAD
 
     def _build_base(self, config) -> None:
-        setattr(self, self.base_model_prefix, self.base_model_class(config))
+        base = self.base_model_class(config)
+        base.released_head = self.released_head
+        if released.is_released(config):
+            base.demux.path = self.released_head.demux_path
+            if hasattr(base.mux, "instance_mask"):
+                base.mux.instance_mask = self.released_head.instance_mask
+        setattr(self, self.base_model_prefix, base)
 
     def _multiplex(self, input_ids, attention_mask, token_type_ids, **kwargs) -> MuxState:
         return self.base_model.multiplex(input_ids, attention_mask, token_type_ids, **kwargs)
@@ -764,7 +832,7 @@ class MuxSequenceClassificationMixin(_LinearHeadMixin):
         if self.config.sentence_pooling == "mean":
             states = pooled_instance_states(demux, muxed, slot_mask)
         else:
-            states = demux(muxed, torch.zeros(1, dtype=torch.long, device=muxed.device))[:, :, 0]
+            states = demux.sentence_states(muxed)
         return states.flatten(0, 1)
 
     def forward(

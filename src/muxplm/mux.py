@@ -24,6 +24,10 @@ register_mux = MUX_REGISTRY.register
 
 
 def build_mux(config) -> nn.Module:
+    if getattr(config, "forward_variant", "native") == "released":  # the paper's checkpoints' own modules
+        from .released import RELEASED_MUX
+
+        return RELEASED_MUX[config.mux_type](config)
     return MUX_REGISTRY.build(config.mux_type, config)
 
 
