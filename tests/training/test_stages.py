@@ -326,7 +326,9 @@ def test_min_steps_gives_small_data_sets_more_epochs(pretrained, tmp_path):
     epochs = {n: resolve(TrainConfig(task="sentiment", preset="tiny"), "tiny", n).num_epochs for n in (1, 2, 5, 10)}
     assert epochs == {n: min(base * n, cap) for n in (1, 2, 5, 10)} and epochs[10] == cap > epochs[2] > base
     assert resolve(TrainConfig(task="sentiment", preset="tiny", num_epochs=1.0), "tiny", 5).num_epochs == 1.0
-    assert resolve(TrainConfig(task="sentiment", preset="tiny", max_steps=7), "tiny", 5).num_epochs == base  # unused
+    # Given steps are not overridden by the recipe's epochs, nor given epochs by its steps.
+    assert resolve(TrainConfig(task="sentiment", preset="tiny", max_steps=7), "tiny", 5).num_epochs is None
+    assert resolve(TrainConfig(stage="mlm", preset="small", num_epochs=1.0), "small").max_steps is None
 
 
 def test_a_classifier_head_that_must_restart_is_announced(finetuned, tmp_path, caplog):

@@ -404,6 +404,7 @@ def time_checkpoints(
     entry. Raises ``ValueError`` naming a directory that does not hold a fine-tuned classifier."""
     import tempfile
 
+    from ..checkpoints import local_folder
     from ..training.models import load_classifier
 
     quantize = [check_quantize(choice, device, dtype) for choice in quantize]  # int8 off the CPU: refused first
@@ -423,7 +424,7 @@ def time_checkpoints(
         for index, (label, model) in enumerate(models.items()):
             checkpoint = None
             if not isinstance(model, nn.Module):
-                checkpoint = str(model)
+                checkpoint = str(local_folder(model))  # a hub name: downloaded first
                 try:
                     model = load_classifier(checkpoint)[0]
                 except ValueError as error:

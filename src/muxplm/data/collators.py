@@ -27,13 +27,19 @@ class PaddingCollator:
     float32 regression targets. Text columns are refused: remove them before collating.
     """
 
-    def __init__(self, tokenizer, label_pad: int = IGNORE_INDEX, pad_to_multiple_of: int | None = None):
+    def __init__(self, tokenizer, label_pad: int = IGNORE_INDEX, pad_to_multiple_of: int | None = None,
+                 pad_to_length: int | None = None):
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token")
         self.pad_token_id = tokenizer.pad_token_id
+        # A fixed length (``pad_to_length``) for the models whose outputs depend on it: the paper's
+        # released checkpoints attend to padding (:func:`muxplm.released.input_length`).
+        padding = dict(padding="max_length", max_length=pad_to_length) if pad_to_length else {}
         self.per_token = DataCollatorForTokenClassification(
-            tokenizer, label_pad_token_id=label_pad, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
-        self.per_example = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
+            tokenizer, label_pad_token_id=label_pad, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt",
+            **padding)
+        self.per_example = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt",
+                                                   **padding)
 
     def __call__(self, features: Sequence[dict]) -> dict[str, torch.Tensor]:
         if not features:

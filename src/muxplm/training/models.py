@@ -3,11 +3,11 @@ preset, a MUX checkpoint or a plain encoder (warm start), and loading a fine-tun
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
+from ..checkpoints import read_config as read_model_config
 from ..configuration import SIZE_PRESETS
 from ..data import load_tokenizer
 from ..families import FAMILIES, family_of_model_type, family_of_mux_type, family_of_plain_type
@@ -22,16 +22,6 @@ DEFAULT_NEW_DEMUX = "unbind"
 
 logger = logging.getLogger(__name__)
 
-
-
-def read_model_config(path: str | Path) -> dict[str, Any]:
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
-    try:
-        return json.loads(config_file.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{config_file} is not valid JSON: {error}") from None
 
 
 def tokenizer_for(config: TrainConfig, model_dir: str | Path | None):
@@ -64,10 +54,11 @@ def classifier_class(checkpoint: str | Path) -> type:
 
 
 def load_classifier(checkpoint: str | Path):
-    """A fine-tuned sequence/token classifier and its tokenizer from a checkpoint directory.
+    """A fine-tuned sequence/token classifier and its tokenizer (saved beside it, else the default
+    where it fits: :func:`muxplm.vocabulary.tokenizer_source`) from a checkpoint directory.
     Raises ``ValueError`` for a checkpoint without a classification head (e.g. an MLM one)."""
     model = classifier_class(checkpoint).from_pretrained(checkpoint)
-    return model, load_tokenizer(checkpoint)
+    return model, load_tokenizer(tokenizer_source(checkpoint, model.config.model_type))
 
 
 def with_bert_names(saved: dict[str, Any]) -> dict[str, Any]:
@@ -197,7 +188,8 @@ def _say_if_head_restarts(saved: dict[str, Any], model, init: str) -> None:
     """Transformers' own notice is silenced (``_quiet_libraries``): a classifier whose trained
     head does not fit the new task, and so starts from scratch, is announced here."""
     wanted = type(model).__name__
-    previous = len(saved.get("id2label") or {})
+    # A config saved without labels has Transformers' default of two.
+    previous = len(saved.get("id2label") or {}) or saved.get("num_labels") or 2
     if wanted in (saved.get("architectures") or []) and previous != model.config.num_labels:
         logger.warning("%s holds a %s head for %d labels; this task has %d, so the classifier head starts from "
                        "scratch (the encoder is kept)", init, wanted, previous, model.config.num_labels)

@@ -12,14 +12,17 @@ weights, tokenizer files) that the next stage's ``init`` points at.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ..checkpoints import local_folder
 from ..configuration import MuxBertConfig
 from ..data import PaddingCollator
+from ..released import input_length
 from . import checkpoint as ckpt
 from .config import TrainConfig, resolve
 from .consistency import CompositionConsistency
@@ -78,6 +81,8 @@ def run_stage(config: TrainConfig) -> dict[str, Any]:
     """Run one training stage (``config.stage``) and return its summary; the trained model,
     checkpoints, logs and ``train_results.json`` land in ``config.output_dir``."""
     _quiet_libraries()
+    if config.init:  # a hub name: downloaded first
+        config = dataclasses.replace(config, init=str(local_folder(config.init)))
     _recover_folders(config)
     resume_from = _resume_point(config)
     model_dir = resume_from or config.init or config.init_encoder
@@ -95,7 +100,9 @@ def resolved_config(config: TrainConfig, resume_from: Path | None = None) -> Tra
     source = resume_from or config.init or config.init_encoder
     saved = read_model_config(source) if source else {}
     instances = config.num_instances or saved.get("num_instances") or (2 if config.init_encoder else 1)
-    return resolve(config, size_of(SimpleNamespace(**with_bert_names(saved))), instances)
+    # The paper's released checkpoints fine-tune with the paper's recipe unless another is named.
+    default = "paper" if saved.get("forward_variant") == "released" and config.stage == "finetune" else None
+    return resolve(config, size_of(SimpleNamespace(**with_bert_names(saved))), instances, default_recipe=default)
 
 
 def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
@@ -157,7 +164,8 @@ def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
     if config.consistency_weight:
         loss_fn = CompositionConsistency(config.consistency_weight, inner=loss_fn)
     run = TrainingRun(
-        model=model, tokenizer=tokenizer, train_set=features["train"], collate=PaddingCollator(tokenizer),
+        model=model, tokenizer=tokenizer, train_set=features["train"],
+        collate=PaddingCollator(tokenizer, pad_to_length=input_length(model.config)),
         evaluate=evaluate, resume_from=resume_from, loss_fn=loss_fn,
         best_metric=(spec.metric, True),  # every task's main metric grows with quality
         summary={"task": spec.name, "main_metric": spec.metric, "num_instances": model.config.num_instances,
