@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -80,6 +81,21 @@ def _check_columns(path: Path, rows: list[dict], required: Sequence[str]) -> Non
                 raise ValueError(f"{path}: row {i} has no value in column {c!r}")
 
 
+def _check_finite_labels(path: Path, rows: list[dict]) -> None:
+    """A non-finite label (``nan``, ``inf``) names its row: it would otherwise turn the labels
+    into floats (a regression task) and the training loss into NaN."""
+    for i, row in enumerate(rows, 1):
+        value = row["label"]
+        if isinstance(value, (bool, int)):
+            continue
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue  # a class name
+        if not math.isfinite(number):
+            raise ValueError(f"{path}: row {i}: label {value!r} is not a finite number")
+
+
 def _label_kind(values: list) -> str:
     """'int', 'float' or 'str' for raw label values (numbers written as CSV text count too)."""
     kinds = set()
@@ -132,6 +148,7 @@ def load_local_sentence_task(
     cols = ["text", "text_pair", "label"] if has_pair else ["text", "label"]
     for split, rows in files.items():
         _check_columns(paths[split], rows, cols)
+        _check_finite_labels(paths[split], rows)
 
     train_labels = [r["label"] for r in files["train"]]
     kind = _label_kind(train_labels)

@@ -36,10 +36,17 @@ def default_tokenizer_path() -> Path:
 
 
 def load_tokenizer(path: str | Path | None = None):
-    """Fast tokenizer from a local folder (default: :func:`default_tokenizer_path`); offline."""
+    """Fast tokenizer from a local folder (default: :func:`default_tokenizer_path`); offline. A
+    folder whose tokenizer files cannot be read gets a ``ValueError`` naming it."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(path or default_tokenizer_path()))
+    folder = str(path or default_tokenizer_path())
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except Exception as error:  # a broken tokenizer.json raises the tokenizers library's own exception type
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"the tokenizer files in {folder} cannot be read ({reason}); re-save them "
+                         f"(tokenizer.save_pretrained) or name another tokenizer") from None
 
 
 def _map(ds, fn, desc: str):
