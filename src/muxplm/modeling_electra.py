@@ -112,12 +112,10 @@ class MuxElectraForSequenceClassification(MuxSequenceClassificationMixin, MuxEle
     base_model_class = MuxElectraModel
     released_head = ReleasedHead(forces_cls=False, instance_mask=True)
 
-    def __init__(self, config: MuxElectraConfig):
-        super().__init__(config)
-        if is_released(config):
-            self.dropout = nn.Identity()  # the head has its own dropouts
-            self.classifier = ReleasedElectraSentenceHead(config)
-            self.post_init()
+    def build_classifier(self, config) -> tuple[nn.Module, nn.Module]:
+        if is_released(config):  # the head has its own dropouts
+            return nn.Identity(), ReleasedElectraSentenceHead(config)
+        return super().build_classifier(config)
 
 
 class MuxElectraForTokenClassification(MuxTokenClassificationMixin, MuxElectraPreTrainedModel):

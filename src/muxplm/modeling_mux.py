@@ -807,10 +807,14 @@ class _LinearHeadMixin(MuxHeadMixin):
         super().__init__(config)
         self.num_labels = config.num_labels
         self._build_base(config)
-        dropout = getattr(config, "classifier_dropout", None)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.dropout, self.classifier = self.build_classifier(config)
         self.post_init()
+
+    def build_classifier(self, config) -> tuple[nn.Module, nn.Module]:
+        """The dropout and classifier on the demultiplexed states (a family may have its own)."""
+        dropout = getattr(config, "classifier_dropout", None)
+        return nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout), \
+            nn.Linear(config.hidden_size, config.num_labels)
 
     def slot_logits(self, muxed: torch.Tensor, slot_mask: torch.Tensor) -> torch.Tensor:
         """The head on the encoder output ``[G, L', H]``: logits of every slot, in slot order

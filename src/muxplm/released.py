@@ -279,18 +279,18 @@ class ReleasedPrefixDemux(Demultiplexer):
         self.norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
         self.mlm_first = nn.Linear(2 * hidden, hidden)
         self.mlm_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
-        n = config.num_instances
-        markers = PREFIX_FIRST_MARKER_ID - torch.arange(n)
-        ids = torch.where(torch.eye(n, dtype=torch.bool), markers[:, None], torch.tensor(PREFIX_FILLER_ID))
-        self.register_buffer("prefix_id_table", torch.cat([ids, torch.full((n, 1), CLS_ID)], dim=1),
-                             persistent=False)
+        self.register_buffer("prefix_id_table", self._prefix_id_table(), persistent=False)
 
-    def reset_parameters(self) -> None:
+    def _prefix_id_table(self) -> torch.Tensor:
+        """Row i: the filler id everywhere but marker i at position i, then [CLS]."""
         n = self.num_instances
         markers = PREFIX_FIRST_MARKER_ID - torch.arange(n)
         ids = torch.where(torch.eye(n, dtype=torch.bool), markers[:, None], torch.tensor(PREFIX_FILLER_ID))
+        return torch.cat([ids, torch.full((n, 1), CLS_ID)], dim=1)
+
+    def reset_parameters(self) -> None:
         with torch.no_grad():  # a non-persistent buffer: rebuilt whenever weights are initialised
-            self.prefix_id_table.copy_(torch.cat([ids, torch.full((n, 1), CLS_ID)], dim=1))
+            self.prefix_id_table.copy_(self._prefix_id_table())
 
     def prefix_ids(self, num_slots: int, device) -> torch.Tensor:
         """The prefix of every slot ``[S, N + 1]`` (slot s is instance s % N of its group)."""
