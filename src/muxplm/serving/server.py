@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import time
 from contextlib import asynccontextmanager
 from typing import Annotated, Literal, Optional, Union
@@ -281,6 +282,11 @@ class ServerApp:
             raise AttributeError(name)
         return getattr(self.api, name)
 
+    def count_refused(self, status: int) -> None:
+        """Count a request answered outside this app (the connection layer's 431, 408 and 503)."""
+        if self._on_refused is not None:
+            self._on_refused(status)
+
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["path"] != "/predict" or scope["method"] != "POST":
             path = scope.get("path", "")
@@ -360,8 +366,7 @@ class ServerApp:
 
     async def _refuse(self, send, status: int, message: str) -> None:
         """An answer to a request whose body was not (wholly) read: the connection is closed after it."""
-        if self._on_refused is not None:
-            self._on_refused(status)
+        self.count_refused(status)
         await self._reply(send, status, to_json({"detail": message}), {"Connection": "close"})
 
     @staticmethod
@@ -485,10 +490,16 @@ def serve(
     # Uvicorn drains on SIGINT/SIGTERM, then re-raises the signal to the handler that was in
     # place before it started; a no-op one there makes a drained shutdown exit with status 0.
     previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
+    open_files = limits.raise_open_files_limit()
+    if open_files is not None and open_files < 2 * max_connections + 64:
+        print(f"muxplm serve: warning: this process may open {open_files} files, fewer than the "
+              f"{2 * max_connections + 64} that --max-connections {max_connections} may need at a peak "
+              f"(raise `ulimit -n`)", file=sys.stderr)
     try:
         uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False,
                     **limits.uvicorn_options(max_header_bytes=max_header_bytes, keep_alive_s=keep_alive_s,
-                                             max_connections=max_connections, shutdown_timeout_s=shutdown_timeout_s))
+                                             max_connections=max_connections, shutdown_timeout_s=shutdown_timeout_s,
+                                             on_refused=app.count_refused))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
