@@ -21,7 +21,7 @@ from muxplm.cli import main as muxplm_main
 from muxplm.serving import DynamicBatcher, Predictor, create_app
 from muxplm.serving import limits
 
-from serving_testing import run_app, start_server
+from serving_testing import GatedPredictor, run_app, start_server
 
 pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
 
@@ -415,6 +415,7 @@ def test_a_stalled_client_does_not_hold_shutdown_past_its_deadline(sentence_dir)
             server.kill()
             raise AssertionError("shutdown waited on the stalled client past its deadline") from None
         took = time.monotonic() - started
+        status, raw = read_response(stalled)
     finally:
         stalled.close()
         if server.poll() is None:
@@ -422,6 +423,25 @@ def test_a_stalled_client_does_not_hold_shutdown_past_its_deadline(sentence_dir)
             server.wait()
     assert code == 0, server.stderr.read().decode()[-2000:]
     assert took >= 1.5  # it did wait for the request in flight, up to the deadline
+    assert status == 503 and b"retry-after" in raw.lower(), raw  # cut: a 503 to retry, not a 500
+
+
+def test_a_request_in_the_model_at_the_shutdown_deadline_is_answered_503(predictor):
+    gated = GatedPredictor(predictor)
+    gated.gate.clear()  # its pass outlasts the deadline
+    app = create_app(gated, max_batch=8, max_wait_ms=0, shutdown_timeout_s=30)
+    try:
+        with LiveServer(app, shutdown_timeout_s=1) as live, live.connect(timeout=30) as sock:
+            body = b'{"text": "a slow pass"}'
+            sock.sendall(b"POST /predict HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            assert gated.started.wait(30)
+            live.server.should_exit = True
+            status, raw = read_response(sock)
+            gated.gate.set()  # the pass ends; the server drains and stops
+    finally:
+        gated.gate.set()
+    assert status == 503 and b"retry-after: 1" in raw.lower() and b"--shutdown-timeout-s" in raw, raw
 
 
 # ------------------------------------------------------------------ one client's traffic is not another's answer

@@ -312,15 +312,27 @@ class ServerApp:
             if size > self.max_body_bytes:  # refused before a byte of it is read
                 return await self._refuse(send, 413, self._too_large(size))
         try:
-            body = await self._read_body(receive)
-        except _BodyRefused as refusal:
-            return await self._refuse(send, refusal.status, refusal.message)
-        if body is None:
-            return  # the client left before sending its request: nobody to answer
-        try:
-            status, reply, headers = await self._answer(body, tenant)
-        except Exception as error:  # a bug of ours: still an answer, never a dropped connection
-            status, reply, headers = 500, to_json({"detail": f"server error: {type(error).__name__}"}), None
+            try:
+                body = await self._read_body(receive)
+            except _BodyRefused as refusal:
+                return await self._refuse(send, refusal.status, refusal.message)
+            if body is None:
+                return  # the client left before sending its request: nobody to answer
+            try:
+                status, reply, headers = await self._answer(body, tenant)
+            except Exception as error:  # a bug of ours: still an answer, never a dropped connection
+                status, reply, headers = 500, to_json({"detail": f"server error: {type(error).__name__}"}), None
+        except asyncio.CancelledError:
+            # Cut at the shutdown deadline (--shutdown-timeout-s): a 503 the client may retry
+            # (elsewhere, or once the server is back), not the 500 of a crashed handler. The
+            # handler then ends as asked, without the traceback uvicorn would log for it.
+            task = asyncio.current_task()
+            if hasattr(task, "uncancel"):  # Python 3.11+
+                task.uncancel()
+            self.count_refused(503)
+            return await self._reply(send, 503, to_json({"detail": "the server is shutting down: the request was "
+                                                                   "cut at its deadline (--shutdown-timeout-s)"}),
+                                     {"Retry-After": "1", "Connection": "close"})
         await self._reply(send, status, reply, headers)
 
     def _routes(self) -> set[str]:
