@@ -20,6 +20,7 @@ import pytest
 from muxplm.cli import main as muxplm_main
 from muxplm.serving import DynamicBatcher, Predictor, create_app
 from muxplm.serving import limits
+from muxplm.serving.server import TENANT_HEADER as TENANT
 
 from serving_testing import GatedPredictor, run_app, start_server
 
@@ -567,6 +568,70 @@ def test_an_isolated_tenants_probe_is_independent_of_other_tenants_under_load(pa
                         [({"text": PROBE}, {}), ({"text": secret}, {})])
         shared.append(replies[0].json()["predictions"][0]["score"])
     assert max(shared) - min(shared) > 1e-4
+
+
+def test_a_flooding_tenant_gets_the_refusals_and_a_light_one_a_short_pass(predictor):
+    from muxplm.serving.batcher import QueueFullError
+
+    gated = GatedPredictor(predictor)
+    gated.gate.clear()
+    recorder = Recorder(gated)
+    batcher = DynamicBatcher(recorder, max_batch=8, max_wait_ms=0, max_queue=16).start()
+    try:
+        first = batcher.submit_texts(["a first"], tenant="a")
+        assert gated.started.wait(30)  # the worker holds a's first pass
+        flood = [batcher.submit_texts([f"a {i}", f"a {i} again"], tenant="a") for i in range(8)]  # the queue is full
+        with pytest.raises(QueueFullError):
+            batcher.submit_texts(["a one more"], tenant="a")  # the tenant holding the most is refused
+        light = batcher.submit_texts(["b gentle"], tenant="b")  # another takes the place of a's newest request
+        with pytest.raises(QueueFullError) as pushed:
+            flood[-1].result(5)
+        assert pushed.value.retry_after >= 1
+        gated.gate.set()
+        assert len(light.result(30)) == 1 and len(first.result(30)) == 1
+        assert all(len(future.result(30)) == 2 for future in flood[:-1])
+    finally:
+        gated.gate.set()
+        batcher.close(30)
+    tokenizer = predictor.tokenizer
+    passes = [{tokenizer.decode(row.input_ids, skip_special_tokens=True) for row in rows} for rows, _ in recorder.passes]
+    # b's request ran right after the pass under way, in a pass of its own (copies fill its group):
+    # not behind a's queue, nor in a pass a's flood fills. Then a's requests, in turn.
+    assert passes[1] == {"b gentle"}
+    assert all("b gentle" not in texts for texts in passes[2:]) and len(passes) >= 4
+
+
+def test_a_request_pushed_out_for_another_tenant_is_answered_429(predictor):
+    gated = GatedPredictor(predictor)
+    gated.gate.clear()
+    app = create_app(gated, max_batch=4, max_wait_ms=0, max_queue=4, isolate_tenants=True)
+
+    async def until(condition):
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        assert condition()
+
+    async def scenario(client):
+        def post(text, tenant):
+            return asyncio.create_task(client.post("/predict", json={"text": text}, headers={TENANT: tenant}))
+
+        try:
+            first = post("a first", "a")
+            await until(gated.started.is_set)
+            flood = []
+            for index in range(4):
+                flood.append(post(f"a {index}", "a"))
+                await until(lambda: app.state.batcher.queue_depth == index + 1)
+            light = post("b gentle", "b")
+            pushed = await flood[-1]
+        finally:
+            gated.gate.set()
+        return pushed, await light, await first, await asyncio.gather(*flood[:-1])
+
+    pushed, light, first, rest = run_app(app, scenario)
+    assert pushed.status_code == 429 and int(pushed.headers["retry-after"]) >= 1, pushed.text
+    assert [r.status_code for r in (light, first, *rest)] == [200] * 5
 
 
 def test_deterministic_mode_gives_one_answer_per_text_under_concurrent_load(pair_predictor):

@@ -19,6 +19,13 @@ the composition is a policy:
   padded to a length bucket of the group's own inputs): a text gets the same answer, to the bit,
   whatever else is served.
 
+**Fairness**: requests queue per tenant (the ``tenant`` of a request, the server's
+``X-Muxplm-Tenant`` header; requests without one share a queue), whether or not tenants are
+isolated. Batches take one request of each tenant in turn, and when the queue is full a request
+of a tenant holding less of it than the heaviest tenant takes the place of that tenant's newest
+request (which is refused): a tenant that floods the server gets the refusals and the waits, the
+others keep their share.
+
 Text requests (:meth:`DynamicBatcher.submit_texts`) are tokenized by the worker, all of a
 batch in one tokenizer call, and decoded there too: the event loop only parses and answers.
 
@@ -105,7 +112,9 @@ class DynamicBatcher:
         predictor: runs the model (:meth:`Predictor.run`).
         max_batch: most instances in one forward pass (and in one request).
         max_wait_ms: longest the worker waits for more requests once one is waiting.
-        max_queue: most instances waiting; beyond it :meth:`submit` raises :class:`QueueFullError`.
+        max_queue: most instances waiting; beyond it :meth:`submit` raises :class:`QueueFullError`,
+            or makes room by refusing the newest requests of the tenant holding the most (see the
+            module's fairness).
         fill_slots: fill the last group's empty slots instead of leaving fillers in them: with
             companions from recent traffic when there has been any, else with copies of the
             waiting instances (averaged).
@@ -154,8 +163,12 @@ class DynamicBatcher:
         self.max_queue = max_queue
         self.fill_slots = fill_slots
         self.on_batch = on_batch
-        self._pending: deque[_Request] = deque()
-        self._depth = 0  # instances waiting
+        # Waiting requests, a queue per tenant (requests without one share a queue), in the order
+        # the tenants are served: the front one was served longest ago.
+        self._queues: OrderedDict[str | None, deque[_Request]] = OrderedDict()
+        self._queued: dict[str | None, int] = {}  # instances waiting, per tenant
+        self._depth = 0  # instances waiting, all tenants
+        self._light_turn = True  # may the next pass be one of light tenants only (see _pass_tenants)
         self._cond = threading.Condition()
         self._closing = False
         self._thread: threading.Thread | None = None
@@ -214,15 +227,58 @@ class DynamicBatcher:
             raise ValueError("a request needs at least one instance")
         if request.size > self.max_batch:
             raise ValueError(f"a request may hold at most {self.max_batch} instances, got {request.size}")
+        key = request.tenant
         with self._cond:
             if self._closing or not self.running:
                 raise BatcherClosedError("the server is shutting down")
+            pushed_out = []
             if self._depth + request.size > self.max_queue:
-                raise QueueFullError(self._depth, self._retry_after())
-            self._pending.append(request)
+                pushed_out = self._push_out(key, request.size)
+                if pushed_out is None:
+                    raise QueueFullError(self._depth, self._retry_after())
+            queue = self._queues.get(key)
+            if queue is None:
+                queue = self._queues[key] = deque()
+            queue.append(request)
+            self._queued[key] = self._queued.get(key, 0) + request.size
             self._depth += request.size
             self._cond.notify()
+            retry_after = self._retry_after() if pushed_out else 0
+        for refused in pushed_out:
+            if refused.future.set_running_or_notify_cancel():  # False: its client left already
+                refused.future.set_exception(QueueFullError(self._depth, retry_after))
         return request.future
+
+    def _push_out(self, key, size: int) -> list[_Request] | None:
+        """Room in the full queue for ``size`` instances of tenant ``key``, made by taking out the
+        newest requests of the tenant that holds the most, as long as that tenant holds more than
+        ``key`` would: a flooding tenant gets the 429s, and every other keeps its share of the
+        queue (max-min fair). Returns the requests taken out (to be refused), or ``None`` when
+        ``key`` itself holds the most (the newcomer is refused)."""
+        mine = self._queued.get(key, 0) + size
+        need = self._depth + size - self.max_queue
+        taken: dict[object, int] = {}  # requests to take from the back of each tenant's queue
+        left = dict(self._queued)
+        while need > 0:
+            heaviest = max((k for k in left if k != key), key=left.__getitem__, default=None)
+            if heaviest is None or left[heaviest] <= mine:
+                return None
+            queue = self._queues[heaviest]
+            request = queue[-1 - taken.get(heaviest, 0)]
+            taken[heaviest] = taken.get(heaviest, 0) + 1
+            left[heaviest] -= request.size
+            need -= request.size
+        pushed = []
+        for heaviest, count in taken.items():
+            queue = self._queues[heaviest]
+            for _ in range(count):
+                request = queue.pop()
+                pushed.append(request)
+                self._queued[heaviest] -= request.size
+                self._depth -= request.size
+            if not queue:
+                del self._queues[heaviest], self._queued[heaviest]
+        return pushed
 
     def close(self, timeout: float | None = None) -> None:
         """Stop taking requests, finish every queued one, then stop the worker."""
@@ -243,26 +299,68 @@ class DynamicBatcher:
     def _take(self) -> list[_Request] | None:
         """Wait for work, then collect a batch; ``None`` once closed and drained."""
         with self._cond:
-            while not self._pending:
+            while not self._depth:
                 if self._closing:
                     return None
                 self._cond.wait()
             deadline = time.monotonic() + self.max_wait
             batch, size = [], 0
+            tenants = self._pass_tenants()
             while True:
-                while self._pending and size + self._pending[0].size <= self.max_batch:
-                    request = self._pending.popleft()
-                    self._depth -= request.size
-                    if request.future.set_running_or_notify_cancel():  # False: the client gave up
-                        batch.append(request)
-                        size += request.size
+                size = self._collect(batch, size, tenants)
                 remaining = deadline - time.monotonic()
-                full = size >= self.max_batch or (self._pending and size > 0)
+                full = size >= self.max_batch or (self._depth and size > 0)  # what waits does not fit
                 if full or remaining <= 0 or self._closing:
-                    if batch or not self._pending:
+                    if batch or not self._depth:
                         return batch
                     continue  # everything taken was cancelled; take more
                 self._cond.wait(remaining)
+
+    def _pass_tenants(self) -> set | None:
+        """The tenants whose requests the next pass may take (``None``: every tenant). When some
+        tenants have queued at least their share of a pass (``max_batch`` over the tenants
+        waiting) and others less, every other pass takes only the others: a light tenant's
+        request waits for the pass under way and runs in a short one of its own, not in a pass
+        filled by a flood, and the flooding tenants still get at least every other pass."""
+        tenants = None
+        if self._light_turn and len(self._queues) > 1:
+            share = self.max_batch / len(self._queues)
+            light = {key for key, queued in self._queued.items() if queued < share}
+            if light and len(light) < len(self._queues):
+                tenants = light
+        self._light_turn = tenants is None
+        return tenants
+
+    def _collect(self, batch: list[_Request], size: int, tenants: set | None = None) -> int:
+        """Add waiting requests (of ``tenants``, or any) to ``batch`` (holding ``size`` instances)
+        up to ``max_batch``: one request of each tenant in turn, from the tenant served longest
+        ago, so that a tenant's request waits for at most one request of each other tenant,
+        however many they queued. Returns the batch's new size."""
+        queues = self._queues
+        progress = True
+        while progress and queues and size < self.max_batch:
+            progress = False
+            for key in list(queues):
+                if tenants is not None and key not in tenants:
+                    continue
+                queue = queues[key]
+                request = queue[0]
+                if size + request.size > self.max_batch:
+                    continue  # first in this tenant's line for the next batch
+                queue.popleft()
+                self._depth -= request.size
+                if queue:
+                    self._queued[key] -= request.size
+                    queues.move_to_end(key)
+                else:
+                    del queues[key], self._queued[key]
+                progress = True
+                if request.future.set_running_or_notify_cancel():  # False: the client gave up
+                    batch.append(request)
+                    size += request.size
+                    if size >= self.max_batch:
+                        break
+        return size
 
     def _work(self) -> None:
         while True:

@@ -194,6 +194,8 @@ def create_app(
             return refuse(503, str(error))
         try:
             predictions = await asyncio.wrap_future(future)
+        except QueueFullError as error:  # taken out of the queue for another tenant's request
+            return refuse(429, str(error), {"Retry-After": str(error.retry_after)})
         except InputTooLongError as error:
             return refuse(413, f"{error} (server --max-length {predictor.max_length})")
         except InvalidTextError as error:
