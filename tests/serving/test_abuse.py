@@ -54,6 +54,9 @@ def predictor(sentence_dir):
         (["--shutdown-timeout-s", "-1"], "--shutdown-timeout-s"),
         (["--companion-texts", "/no/such/file.txt"], "--companion-texts /no/such/file.txt: cannot read it"),
         (["--deterministic", "--companions", "4"], "--deterministic cannot take companions"),
+        (["--threads", "100000"], "--threads: must lie in 1.."),
+        (["--device", "meta"], "--device: 'meta': the server runs on cpu, cuda or cuda:K"),
+        (["--log-level", "nonsense"], "--log-level: invalid choice: 'nonsense'"),
     ],
 )
 def test_options_that_would_break_the_server_are_refused_at_start(tmp_path, capsys, flags, named):

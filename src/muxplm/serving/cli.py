@@ -44,10 +44,11 @@ def register(subparsers) -> None:
     serve.add_argument("--deterministic", action="store_true",
                        help="each text in a group of its own with fixed companions: the same text always gets "
                        "the same answer (about 1/N of the throughput)")
-    serve.add_argument("--threads", type=limits.positive_int, default=None, help="torch intra-op threads")
+    serve.add_argument("--threads", type=limits.threads, default=None,
+                       help="torch intra-op threads (1 up to this machine's CPUs)")
     serve.add_argument("--backend", choices=("torch", "onnx"), default="torch",
                        help="onnx: export the model and run it with ONNX Runtime")
-    serve.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K (torch backend)")
+    serve.add_argument("--device", type=limits.serve_device, default="cpu", help="cpu, cuda or cuda:K (torch backend)")
     serve.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                        help="weights and activations (float16: CUDA only)")
     serve.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
@@ -56,7 +57,7 @@ def register(subparsers) -> None:
     serve.add_argument("--compile", choices=COMPILE_MODES, default="none",
                        help="torch.compile the forward pass (reduce-overhead: and replay it as CUDA graphs, "
                        "CUDA only); inputs are padded to few shapes, each compiled on first use")
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--log-level", choices=limits.LOG_LEVELS, default="info")
     limits.add_limit_arguments(serve)
     serve.set_defaults(func=_serve)
 

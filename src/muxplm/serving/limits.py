@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from http import HTTPStatus
 
 MAX_WAIT_MS = 60_000.0  # a batch waits at most a minute; beyond, requests would time out anyway
@@ -75,6 +76,43 @@ def seconds(text: str) -> float:
     if not (math.isfinite(value) and 0 < value <= 86_400):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds in (0, 86400], got {text!r}")
     return value
+
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
+SERVE_DEVICES = ("cpu", "cuda")
+
+
+def most_threads() -> int:
+    """The most torch threads a server may ask for: this machine's CPUs (more only slow each pass)."""
+    return os.cpu_count() or 1
+
+
+def threads(text: str) -> int:
+    value = positive_int(text)
+    if value > most_threads():
+        raise argparse.ArgumentTypeError(f"must lie in 1..{most_threads()} (this machine's CPUs; more threads only "
+                                         f"slow each pass), got {value}")
+    return value
+
+
+def serve_device(text: str) -> str:
+    """``cpu``, ``cuda`` or ``cuda:K``: the devices a server runs on."""
+    try:
+        check_serve_device(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("device ")) from None
+    return text
+
+
+def check_serve_device(device) -> None:
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        kind = None
+    if kind not in SERVE_DEVICES:
+        raise ValueError(f"device {str(device)!r}: the server runs on cpu, cuda or cuda:K")
 
 
 def open_files_limit() -> int | None:

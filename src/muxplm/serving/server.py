@@ -459,6 +459,8 @@ def serve(
     import torch
     import uvicorn
 
+    if backend == "torch":
+        limits.check_serve_device(device)
     check_quantize(quantize, device, dtype)  # refused before anything loads
     # What no single flag can check, before the model loads (a GPU's default batch waits for the model's N).
     early_batch = max_batch if max_batch is not None else \
@@ -469,8 +471,10 @@ def serve(
     check_wait_ms(max_wait_ms)
     if not 0 <= port <= MAX_PORT:
         raise ValueError(f"port must lie in 0..{MAX_PORT}, got {port}")
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
+    if threads is not None and not 1 <= threads <= limits.most_threads():
+        raise ValueError(f"--threads must lie in 1..{limits.most_threads()} (this machine's CPUs), got {threads}")
+    if log_level not in limits.LOG_LEVELS:
+        raise ValueError(f"--log-level must be one of {', '.join(limits.LOG_LEVELS)}, got {log_level!r}")
     fixed = read_companion_texts(companion_texts) if companion_texts else None
     if deterministic and companions:
         raise ValueError("--deterministic cannot take companions from recent traffic (--companions); "
