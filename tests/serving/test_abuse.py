@@ -57,6 +57,8 @@ def predictor(sentence_dir):
         (["--threads", "100000"], "--threads: must lie in 1.."),
         (["--device", "meta"], "--device: 'meta': the server runs on cpu, cuda or cuda:K"),
         (["--log-level", "nonsense"], "--log-level: invalid choice: 'nonsense'"),
+        (["--share-groups", "--isolate-tenants"], "--share-groups"),
+        (["--share-groups", "--deterministic"], "--share-groups"),
     ],
 )
 def test_options_that_would_break_the_server_are_refused_at_start(tmp_path, capsys, flags, named):
@@ -571,6 +573,37 @@ def test_an_isolated_tenants_probe_is_independent_of_other_tenants_under_load(pa
                         [({"text": PROBE}, {}), ({"text": secret}, {})])
         shared.append(replies[0].json()["predictions"][0]["score"])
     assert max(shared) - min(shared) > 1e-4
+
+
+@pytest.mark.parametrize("host, loopback", [("127.0.0.1", True), ("localhost", True), ("::1", True), ("[::1]", True),
+                                            ("127.0.0.2", True), ("0.0.0.0", False), ("::", False),
+                                            ("10.1.2.3", False), ("myhost.example", False)])
+def test_which_addresses_count_as_loopback(host, loopback):
+    assert limits.is_loopback(host) is loopback
+
+
+def test_a_server_bound_beyond_loopback_shares_groups_only_when_told(sentence_dir, monkeypatch, capsys):
+    import uvicorn
+
+    from muxplm.serving.server import serve
+
+    served = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.update(app=app, options=options))
+
+    def grouping(**flags):
+        serve(str(sentence_dir), port=0, **flags)
+        health = run_app(served["app"], lambda client: client.get("/health")).json()
+        return health["grouping"], served["app"].state.batcher.isolate_tenants
+
+    assert grouping(host="0.0.0.0") == ("tenants", True)  # exposed: private unless told otherwise
+    assert "--share-groups" in capsys.readouterr().err  # and the operator is told how to share
+    assert grouping(host="0.0.0.0", share_groups=True) == ("shared", False)
+    assert grouping(host="0.0.0.0", deterministic=True)[0] == "deterministic"
+    assert grouping(host="127.0.0.1") == ("shared", False)  # loopback: the operator's own machine
+    assert grouping(host="127.0.0.1", isolate_tenants=True) == ("tenants", True)
+    assert "--share-groups" not in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--share-groups"):
+        serve(str(sentence_dir), host="0.0.0.0", share_groups=True, isolate_tenants=True)
 
 
 def test_a_flooding_tenant_gets_the_refusals_and_a_light_one_a_short_pass(predictor):

@@ -40,7 +40,10 @@ def register(subparsers) -> None:
                        help="fill part-filled groups with these fixed texts (UTF-8, one per line) instead of copies")
     serve.add_argument("--isolate-tenants", action="store_true",
                        help="multiplex a request only with requests of the same X-Muxplm-Tenant header value "
-                       "(a request without it only with itself)")
+                       "(a request without it only with itself); the default when --host is not loopback")
+    serve.add_argument("--share-groups", action="store_true",
+                       help="let every client's requests share multiplexed groups even when --host is not loopback "
+                       "(faster under load; an answer then depends on other clients' concurrent texts)")
     serve.add_argument("--deterministic", action="store_true",
                        help="each text in a group of its own with fixed companions: the same text always gets "
                        "the same answer (about 1/N of the throughput)")
@@ -126,6 +129,7 @@ def _serve(args) -> int:
           backend=args.backend, log_level=args.log_level, device=args.device, dtype=args.dtype, quantize=args.quantize,
           compile=args.compile,
           companion_texts=args.companion_texts, isolate_tenants=args.isolate_tenants, deterministic=args.deterministic,
+          share_groups=args.share_groups,
           **limits.limit_kwargs(args))
     return 0
 

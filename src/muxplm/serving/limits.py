@@ -17,6 +17,7 @@ request the server answers early is followed by a lingering close, so that the a
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -113,6 +114,17 @@ def check_serve_device(device) -> None:
         kind = None
     if kind not in SERVE_DEVICES:
         raise ValueError(f"device {str(device)!r}: the server runs on cpu, cuda or cuda:K")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a server bound to ``host`` is reachable from this machine only. A host name other
+    than ``localhost`` counts as exposed: it may name any interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def open_files_limit() -> int | None:

@@ -229,8 +229,9 @@ def create_app(
     @app.get("/health")
     async def health():
         status = "ok" if batcher.running else "stopped"
+        grouping = "deterministic" if deterministic else "tenants" if isolate_tenants else "shared"
         return JSONResponse(
-            {"status": status, "queue_depth": batcher.queue_depth, "max_queue": max_queue,
+            {"status": status, "queue_depth": batcher.queue_depth, "max_queue": max_queue, "grouping": grouping,
              "model": predictor.describe()},
             status_code=200 if batcher.running else 503,
         )
@@ -244,6 +245,23 @@ def create_app(
 
     return ServerApp(app, answer, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
                      on_refused=count_refusal)
+
+
+def grouping_for_host(host: str, *, isolate_tenants: bool, deterministic: bool, share_groups: bool) -> bool:
+    """Whether a server bound to ``host`` isolates tenants. On a loopback address the operator's
+    choice stands (shared groups by default). Bound to any other address, where clients the
+    operator does not know can reach it, different clients' texts never share a group unless the
+    operator says so: ``share_groups`` (``--share-groups``), else tenants are isolated (requests
+    share groups only when they carry the same ``X-Muxplm-Tenant`` value)."""
+    if share_groups and (isolate_tenants or deterministic):
+        raise ValueError("--share-groups lets every request share groups; --isolate-tenants and --deterministic "
+                         "forbid it: choose one")
+    if isolate_tenants or deterministic or share_groups or limits.is_loopback(host):
+        return isolate_tenants
+    print(f"muxplm serve: bound to {host}, not a loopback address: requests share multiplexed groups only with "
+          f"requests of the same {TENANT_HEADER} header value (none: with nobody); --share-groups lets every "
+          f"client's requests share groups", file=sys.stderr)
+    return True
 
 
 def read_companion_texts(path) -> list[str]:
@@ -444,6 +462,7 @@ def serve(
     companion_texts: str | None = None,
     isolate_tenants: bool = False,
     deterministic: bool = False,
+    share_groups: bool = False,
 ) -> None:
     """Load ``model_dir`` onto ``device`` in ``dtype`` and serve it with uvicorn until
     interrupted (SIGINT/SIGTERM drain in-flight requests before exiting, for at most
@@ -452,7 +471,9 @@ def serve(
     quantisation, of the PyTorch model or of the exported graph (CPU only). The limits on bodies,
     heads, connections and idle time: :mod:`muxplm.serving.limits`. ``companion_texts``: a UTF-8
     file of fixed companion texts, one per line (see :class:`DynamicBatcher` for them,
-    ``isolate_tenants`` and ``deterministic``). ``max_batch`` left unset follows the device
+    ``isolate_tenants`` and ``deterministic``). Bound to an address other than loopback, the
+    server isolates tenants unless ``share_groups`` (or ``deterministic``) says otherwise
+    (:func:`grouping_for_host`). ``max_batch`` left unset follows the device
     (:func:`muxplm.devices.default_batch_size`: 64 on a CPU, N x 128 on a GPU) and
     ``max_queue`` then holds at least 1,024 instances and four batches; ``compile``: see
     :class:`Predictor`."""
@@ -475,6 +496,8 @@ def serve(
         raise ValueError(f"--threads must lie in 1..{limits.most_threads()} (this machine's CPUs), got {threads}")
     if log_level not in limits.LOG_LEVELS:
         raise ValueError(f"--log-level must be one of {', '.join(limits.LOG_LEVELS)}, got {log_level!r}")
+    isolate_tenants = grouping_for_host(host, isolate_tenants=isolate_tenants, deterministic=deterministic,
+                                        share_groups=share_groups)
     fixed = read_companion_texts(companion_texts) if companion_texts else None
     if deterministic and companions:
         raise ValueError("--deterministic cannot take companions from recent traffic (--companions); "
