@@ -751,6 +751,20 @@ def test_csv_files_long_fields_and_other_encodings(tmp_path):
         load_local_sentence_task(tmp_path / "latin.csv")
 
 
+def test_texts_empty_after_tokenization_are_refused_with_422(predictor, token_dir):
+    from muxplm.serving.predictor import InvalidTextError
+
+    app = create_app(predictor, max_batch=64, max_wait_ms=50)
+    bodies = [{"text": "\u0000"}, {"text": "\u200b\u200c\ufeff"}, {"text": ["a fine film", "\u200b"]},
+              {"text": "a fine film", "text_pair": "\u2060"}, {"text": "a fine film"}, {"text": "\U0001F600"}]
+    replies = burst(app, [(body, {}) for body in bodies])
+    assert [reply.status_code for reply in replies] == [422, 422, 422, 422, 200, 200], [r.text for r in replies]
+    assert "input 0" in replies[0].json()["detail"] and "nothing is left" in replies[0].json()["detail"]
+    assert "input 1" in replies[2].json()["detail"] and "text_pair" in replies[3].json()["detail"]
+    with pytest.raises(InvalidTextError, match="nothing is left"):  # the token task too
+        Predictor.from_pretrained(token_dir, max_length=32).encode(["\u200b \u0000"])
+
+
 def test_a_non_json_body_is_415_and_the_slash_redirect_is_relative(predictor):
     app = create_app(predictor, max_batch=8, max_wait_ms=0)
 

@@ -58,6 +58,8 @@ _TASK_OF_ARCHITECTURE = {
 }
 
 
+_NOTHING_LEFT = "nothing is left of it after tokenization (control or zero-width characters only)"
+
 # A text longer than this many characters per token of max_length is refused (or cut, with
 # truncation) before any tokenization: tokenizing megabytes would stall every other request.
 CHARS_PER_TOKEN = 32
@@ -82,7 +84,8 @@ class InputTooLongError(ValueError):
 
 
 class InvalidTextError(ValueError):
-    """An input is not text the tokenizer can read (e.g. a lone UTF-16 surrogate)."""
+    """An input is not text the tokenizer can read (e.g. a lone UTF-16 surrogate), or nothing of
+    it is left after tokenization (control or zero-width characters only)."""
 
     def __init__(self, index: int, reason: str):
         self.index, self.reason = index, reason
@@ -189,6 +192,9 @@ class Predictor:
         self.id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
         pad = tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else (config.pad_token_id or 0)
+        # Tokens that carry nothing of an input ([CLS], [SEP], padding; an unknown character's
+        # token does): an input made of these alone was empty to the tokenizer.
+        self._frame_ids = frozenset(getattr(tokenizer, "all_special_ids", ())) - {getattr(tokenizer, "unk_token_id", None)}
 
     # ------------------------------------------------------------------ loading
 
@@ -335,7 +341,12 @@ class Predictor:
             enc = full
         encoded = []
         for index, (ids, types, length) in enumerate(zip(enc["input_ids"], enc["token_type_ids"], lengths)):
-            if length > self.max_length and not truncate:
+            empty = self._empty_part(full, index, pairs is not None)
+            if empty is not None:
+                if raise_too_long:
+                    raise empty
+                encoded.append(empty)
+            elif length > self.max_length and not truncate:
                 error = InputTooLongError(index, length, self.max_length)
                 if raise_too_long:
                     raise error
@@ -344,6 +355,23 @@ class Predictor:
                 encoded.append(Encoded(list(ids), list(types), truncated=length > self.max_length))
         return encoded
 
+    def _empty_part(self, enc, index: int, has_pairs: bool) -> InvalidTextError | None:
+        """The error for input ``index`` of ``enc`` when its text (or its pair) tokenized to
+        nothing but the tokenizer's frame ([CLS], [SEP]), else ``None``."""
+        ids = enc["input_ids"][index]
+        try:
+            parts = enc.sequence_ids(index)  # fast tokenizers: which text each token came from
+        except (AttributeError, ValueError):
+            parts = None
+        if parts is None or not has_pairs:
+            if all(token in self._frame_ids for token in ids):
+                return InvalidTextError(index, _NOTHING_LEFT)
+            return None
+        for part, name in ((0, "its text"), (1, "its text_pair")):
+            if not any(p == part and token not in self._frame_ids for p, token in zip(parts, ids)):
+                return InvalidTextError(index, f"{name}: {_NOTHING_LEFT}")
+        return None
+
     def _encode_words(self, texts: Sequence[str], truncate: bool, raise_too_long: bool) -> list[Encoded]:
         words = [text.split() for text in texts]
         enc = self.tokenizer(words, is_split_into_words=True, return_token_type_ids=True)
@@ -351,6 +379,12 @@ class Predictor:
         for index, word_list in enumerate(words):
             ids, types = enc["input_ids"][index], enc["token_type_ids"][index]
             word_ids = enc.word_ids(index)
+            if all(word is None for word in word_ids):
+                error = InvalidTextError(index, _NOTHING_LEFT)
+                if raise_too_long:
+                    raise error
+                encoded.append(error)
+                continue
             too_long = len(ids) > self.max_length
             if too_long and not truncate:
                 error = InputTooLongError(index, len(ids), self.max_length)
