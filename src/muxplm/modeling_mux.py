@@ -395,6 +395,10 @@ class MuxPreTrainedModel(PreTrainedModel):
     """
 
     supports_gradient_checkpointing = True
+    # The forwards return mean losses and take no ``num_items_in_batch``; without this the
+    # Trainer, seeing ``**kwargs``, would skip its division by the accumulation steps (and, over
+    # several processes, multiply by their number).
+    accepts_loss_kwargs = False
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
