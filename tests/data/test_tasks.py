@@ -16,7 +16,6 @@ from muxplm.data import (
     load_local_sentence_task,
     load_local_token_task,
     load_pretraining_corpus,
-    load_text_files,
     split_fixed,
     ud_to_rows,
 )
@@ -316,17 +315,6 @@ def test_local_conll_errors(tmp_path):
     tr = write(tmp_path / "tr.conll", "a\tO\nb\tB-PER\n")
     with pytest.raises(ValueError, match=r"va.conll:2: tag 'B-LOC' does not occur in the training file"):
         load_local_token_task(tr, write(tmp_path / "va.conll", "x\tO\ny\tB-LOC\n"))
-
-
-def test_load_text_files(tmp_path):
-    a = write(tmp_path / "a.txt", "First para\nwrapped here.\n\nSecond   para.\n")
-    b = write(tmp_path / "b.txt", "one line\n")
-    ds = load_text_files([a, b])
-    assert ds["text"] == ["First para wrapped here.", "Second para.", "one line"]
-    with pytest.raises(ValueError, match="empty"):
-        load_text_files(write(tmp_path / "c.txt", "\n \n"))
-    with pytest.raises(ValueError, match="not found"):
-        load_text_files(tmp_path / "nope.txt")
 
 
 # --- hub row conversions (no network: in-memory datasets shaped like the hub ones) -------------

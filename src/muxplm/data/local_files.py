@@ -281,25 +281,3 @@ def load_local_token_task(
     spec = TaskSpec(name or train_path.stem, "token", names, False, ("tokens",), "f1",
                     f"local token task from {train_path}")
     return spec, dd
-
-
-def load_text_files(paths: str | Path | Sequence[str | Path]) -> Dataset:
-    """Plain-text files for pre-training -> Dataset with a ``text`` column.
-
-    Blank-line separated paragraphs become rows (hard-wrapped lines are joined); files without
-    blank lines give one row per line.
-    """
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    texts = []
-    for p in map(Path, paths):
-        if not p.is_file():
-            raise ValueError(f"{p}: file not found")
-        lines = _read_utf8(p).splitlines()
-        paras = paragraphs(lines)
-        if not paras:
-            raise ValueError(f"{p}: file is empty")
-        texts.extend(re.sub(r"\s+", " ", t) for t in paras)
-    if not texts:
-        raise ValueError("no text files given")
-    return Dataset.from_dict({"text": texts})

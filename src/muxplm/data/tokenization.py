@@ -49,11 +49,13 @@ def load_tokenizer(path: str | Path | None = None):
                          f"(tokenizer.save_pretrained) or name another tokenizer") from None
 
 
-def _map(ds, fn, desc: str):
-    """Apply a batched map to a Dataset or every split of a DatasetDict, dropping old columns."""
+def _map(ds, fn, desc: str, num_proc: int | None = None):
+    """Apply a batched map to a Dataset or every split of a DatasetDict, dropping old columns
+    (cached on disk by ``datasets`` when the dataset comes from its cache files)."""
     if isinstance(ds, DatasetDict):
-        return DatasetDict({k: _map(v, fn, desc) for k, v in ds.items()})
-    return ds.map(fn, batched=True, remove_columns=ds.column_names, desc=desc)
+        return DatasetDict({k: _map(v, fn, desc, num_proc) for k, v in ds.items()})
+    workers = num_proc if num_proc and num_proc > 1 and len(ds) >= 2 * num_proc else None
+    return ds.map(fn, batched=True, remove_columns=ds.column_names, desc=desc, num_proc=workers)
 
 
 def tokenize_sentence_task(ds: Dataset | DatasetDict, tokenizer, max_length: int = 128):
@@ -99,12 +101,14 @@ def tokenize_token_task(ds: Dataset | DatasetDict, tokenizer, max_length: int = 
     return _map(ds, fn, "tokenize words")
 
 
-def tokenize_pretraining(ds: Dataset | DatasetDict, tokenizer, max_length: int = 128):
+def tokenize_pretraining(ds: Dataset | DatasetDict, tokenizer, max_length: int = 128, num_proc: int | None = None):
     """``text`` rows -> blocks ``[CLS] t_1 .. t_{max_length-2} [SEP]`` of the concatenated text.
 
     Text is concatenated within map batches of 1000 rows and cut into equal blocks; the last,
     shorter block of each batch is kept (the collators pad it). Columns: input_ids,
-    attention_mask, token_type_ids (all 0), special_tokens_mask (1 on [CLS]/[SEP]).
+    attention_mask, token_type_ids (all 0), special_tokens_mask (1 on [CLS]/[SEP]). ``num_proc``
+    processes tokenize in parallel; on a dataset read from ``datasets``' cache
+    (:func:`muxplm.data.load_corpus`) the blocks are cached beside it.
     """
     if max_length < 3:
         raise ValueError("max_length must leave room for [CLS], [SEP] and one token")
@@ -124,4 +128,4 @@ def tokenize_pretraining(ds: Dataset | DatasetDict, tokenizer, max_length: int =
             "special_tokens_mask": [[1] + [0] * (len(b) - 2) + [1] for b in blocks],
         }
 
-    return _map(ds, fn, "tokenize + block text")
+    return _map(ds, fn, "tokenize + block text", num_proc)

@@ -4,6 +4,7 @@ pre-training stage."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,8 @@ from ..data import (
     get_task,
     load_local_sentence_task,
     load_local_token_task,
+    load_corpus,
     load_pretraining_corpus,
-    load_text_files,
     tokenize_pretraining,
     tokenize_sentence_task,
     tokenize_token_task,
@@ -90,23 +91,33 @@ def load_task_features(
 
 
 def pretraining_blocks(config: TrainConfig, tokenizer):
+    """The pre-training blocks (and a held-out slice) of ``--train-file`` or the built-in corpus:
+    files of any size are read, tokenized and packed once into ``datasets``' on-disk cache
+    (:func:`muxplm.data.load_corpus`) and memory-mapped from there by every later run."""
+    workers = preparation_processes()
     if config.train_file:
-        texts = load_text_files(config.train_file)
+        texts = load_corpus(config.train_file, cache_dir=config.cache_dir, num_proc=workers)
     else:
         texts = load_pretraining_corpus(cache_dir=config.cache_dir, max_words=config.corpus_max_words,
                                         sources=config.corpus_sources)
     texts = texts.select_columns(["text"])
-    blocks = tokenize_pretraining(texts, tokenizer, max_length=config.max_length)
+    blocks = tokenize_pretraining(texts, tokenizer, max_length=config.max_length, num_proc=workers)
     if config.stage == "retrieval":  # only the corrupting collators read it
         blocks = blocks.remove_columns("special_tokens_mask")
     if len(blocks) == 0:
-        raise ValueError("the pre-training text gave no token blocks")
+        raise ValueError("the pre-training text is empty: it gave no token blocks"
+                         + (f" ({', '.join(map(str, config.train_file))})" if config.train_file else ""))
     # A fixed held-out slice for evaluation (not when the corpus is tiny).
     held_out = min(PRETRAIN_EVAL_BLOCKS, len(blocks) // 20)
     if held_out == 0:
         return blocks, None
     split = blocks.train_test_split(test_size=held_out, seed=0, shuffle=True)
     return split["train"], split["test"]
+
+
+def preparation_processes() -> int:
+    """Processes that read and tokenize a corpus: every core this process may use."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def pretraining_collator(stage: str, tokenizer, model, config: TrainConfig, seed: int):
