@@ -11,21 +11,11 @@ from huggingface_hub.dataclasses import strict
 from transformers import BertConfig, DistilBertConfig, ElectraConfig, MPNetConfig, RobertaConfig
 
 from . import released
+# The built-in variants and sizes are kept in the light `choices` module (the command line lists
+# them without importing this one) and re-exported here.
+from .choices import DEMUX_TYPES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS  # noqa: F401
 from .demux import DEMUX_REGISTRY
 from .mux import MUX_REGISTRY
-
-# The built-in variants. A config accepts whatever is registered (MUX_REGISTRY /
-# DEMUX_REGISTRY), these and any registered later by user code.
-MUX_TYPES = ("gaussian_hadamard", "contextual", "adapter", "binary_hadamard", "random_ortho", "identity")
-DEMUX_TYPES = ("rsa", "unbind", "prefix", "identity")
-
-# Encoder sizes. small/base/large are the paper's (Section 4); tiny is for CPU work and tests.
-SIZE_PRESETS: dict[str, dict[str, int]] = {
-    "tiny": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024),
-    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8, intermediate_size=2048),
-    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12, intermediate_size=3072),
-    "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16, intermediate_size=4096),
-}
 
 # The fields a MUX config adds to its plain parent; also what `from_pretrained` compares
 # between a saved checkpoint and the config asked for.
@@ -42,8 +32,6 @@ MUX_FIELDS = (
     "num_unmuxed_layers",
     "forward_variant",
 )
-SENTENCE_POOLING = ("first", "mean")
-RETRIEVAL_SOFTMAX = ("full", "in_batch")
 IDENTITY_FIELDS = ("num_instances", "mux_type", "demux_type", "num_unmuxed_layers", "forward_variant")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-QUANTIZE_CHOICES = ("none", "int8")
+from .choices import QUANTIZE_CHOICES
 
 
 def check_quantize(quantize: str | None, device: str | torch.device = "cpu",

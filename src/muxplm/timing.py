@@ -16,9 +16,9 @@ from typing import Any, Hashable
 
 import torch
 
+from .choices import CLOCKS
 from .devices import inputs_checked_on_host
 
-CLOCKS = ("wall", "process")
 # How a model's trials become its one figure. The mean is what every result before the median
 # existed reports; the median, over enough trials, is what a shared machine's bursts of load
 # barely move (on the 2-core VM three trials of one model spread by up to a third).

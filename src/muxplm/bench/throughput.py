@@ -42,18 +42,16 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel
 
+from ..choices import BENCH_HEADS, BENCH_VARIANTS, RUNTIMES
 from ..configuration import MuxBertConfig, preset_kwargs
+from ..devices import DTYPES
 from ..modeling_bert import MuxBertForSequenceClassification, MuxBertForTokenClassification
 from ..quantization import QUANTIZE_CHOICES, check_quantize, quantize_dynamic_int8
 from ..timing import CLOCKS, random_inputs, rates, round_robin, side_by_side, time_batches
 
-HEADS = ("sentence", "token")
-VARIANTS = ("default", "eager", "int8", "compile", "graphs", "bfloat16", "float16")
+HEADS, VARIANTS = BENCH_HEADS, BENCH_VARIANTS  # named in the light `choices` module, for the command line
 COMPILED = ("compile", "graphs")  # variants that compile on first use: warmed up first, failures recorded
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PRECISION_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "int8"}
-# Where a checkpoint runs when timed: PyTorch eager, or its exported graph in ONNX Runtime (CPU).
-RUNTIMES = ("torch", "onnx")
 NUM_LABELS = {"sentence": 2, "token": 9}  # QQP-like pair classification, CoNLL-like NER tags
 BASELINE_TOLERANCE = 0.02  # the N=1 muxplm model must be within 2% of transformers.BertModel
 

@@ -17,6 +17,7 @@ import torch
 
 from muxplm.checkpoints import model_class as checkpoint_model_class
 from muxplm.checkpoints import local_folder, read_config
+from muxplm.choices import COMPILE_MODES  # torch.compile's; reduce-overhead replays CUDA graphs (CUDA only)
 from muxplm.devices import check_finite_weights, default_batch_size, inputs_checked_on_host, resolve_device
 from muxplm.modeling_mux import validate_inputs
 from muxplm.quantization import check_quantize, quantize_dynamic_int8
@@ -25,8 +26,6 @@ from muxplm.vocabulary import tokenizer_source
 
 TASKS = ("sentence", "token", "reconstruct")
 MODES = ("throughput", "ensemble")
-# torch.compile's modes; "reduce-overhead" replays CUDA graphs (CUDA only).
-COMPILE_MODES = ("none", "default", "reduce-overhead")
 _MIN_BUCKET = 16
 
 

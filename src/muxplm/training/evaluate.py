@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..checkpoints import local_folder
+from ..choices import RUNTIMES
 from ..data import PaddingCollator, TaskSpec
 from ..devices import check_finite_weights, resolve_device
 from ..metrics import compute_task_metrics
@@ -25,8 +26,6 @@ from ..released import input_length
 from ..timing import side_by_side
 from .inputs import load_task_features
 from .models import load_classifier
-
-RUNTIMES = ("torch", "onnx")
 
 
 def predict(model, features, collate, batch_size: int, composition_seed: int | None = None,
