@@ -1,148 +1,68 @@
 """muxplm: multiplexed pre-trained language models (MUX-PLMs) on PyTorch + Transformers.
 
-Importing the package registers the MUX configs and models of every encoder family (BERT,
-ELECTRA, RoBERTa, DistilBERT, MPNet; :mod:`muxplm.families`) with the Transformers Auto
-classes, so ``AutoModelForSequenceClassification.from_pretrained(dir)`` loads a MUX model.
+``import muxplm`` is light: it imports neither PyTorch nor Transformers, so the ``muxplm``
+command answers ``--help`` at once. Each name below is imported on first use (``from muxplm
+import MuxBertConfig``, ``muxplm.plan_groups``), and the MUX configs and models of every encoder
+family (BERT, ELECTRA, RoBERTa, DistilBERT, MPNet; :mod:`muxplm.families`) are registered with
+the Transformers Auto classes before those meet a MUX checkpoint
+(:mod:`muxplm.auto_registration`), so ``AutoModelForSequenceClassification.from_pretrained(dir)``
+loads a MUX model after ``import muxplm``.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForPreTraining,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+from __future__ import annotations
 
-from .configuration import (
-    DEMUX_TYPES,
-    MUX_TYPES,
-    SIZE_PRESETS,
-    MuxBertConfig,
-    MuxDistilBertConfig,
-    MuxElectraConfig,
-    MuxMPNetConfig,
-    MuxRobertaConfig,
-)
-from .demux import DEMUX_REGISTRY, build_demux, register_demux
-from .families import FAMILIES, EncoderFamily
-from .grouping import GroupPlan, plan_groups
-from .modeling_bert import (
-    MuxBertForMaskedLM,
-    MuxBertForRetrieval,
-    MuxBertForSequenceClassification,
-    MuxBertForTokenClassification,
-    MuxBertModel,
-    MuxBertPreTrainedModel,
-)
-from .modeling_distilbert import (
-    MuxDistilBertForMaskedLM,
-    MuxDistilBertForRetrieval,
-    MuxDistilBertForSequenceClassification,
-    MuxDistilBertForTokenClassification,
-    MuxDistilBertModel,
-    MuxDistilBertPreTrainedModel,
-)
-from .modeling_electra import (
-    MuxElectraForPreTraining,
-    MuxElectraForRetrieval,
-    MuxElectraForSequenceClassification,
-    MuxElectraForTokenClassification,
-    MuxElectraModel,
-    MuxElectraPreTrainedModel,
-)
-from .modeling_mpnet import (
-    MuxMPNetForMaskedLM,
-    MuxMPNetForRetrieval,
-    MuxMPNetForSequenceClassification,
-    MuxMPNetForTokenClassification,
-    MuxMPNetModel,
-    MuxMPNetPreTrainedModel,
-)
-from .modeling_mux import MuxModelOutput, MuxPreTrainingOutput, MuxRetrievalOutput, validate_inputs
-from .modeling_roberta import (
-    MuxRobertaForMaskedLM,
-    MuxRobertaForRetrieval,
-    MuxRobertaForSequenceClassification,
-    MuxRobertaForTokenClassification,
-    MuxRobertaModel,
-    MuxRobertaPreTrainedModel,
-)
-from .mux import MUX_REGISTRY, build_mux, register_mux
+import importlib
+
+from . import auto_registration
 
 __version__ = "0.1.0"
 
-# The Auto class of each head (the family's stage-2 head serves both masked-LM and pre-training).
-_AUTO_CLASS_OF_HEAD = {
-    "base": (AutoModel,),
-    "mlm": (AutoModelForMaskedLM, AutoModelForPreTraining),
-    "electra": (AutoModelForPreTraining,),
-    "sentence": (AutoModelForSequenceClassification,),
-    "token": (AutoModelForTokenClassification,),
+# The module of this package that defines each exported name.
+_EXPORTS = {
+    **dict.fromkeys(("DEMUX_TYPES", "MUX_TYPES", "SIZE_PRESETS"), "choices"),
+    **dict.fromkeys(("MuxBertConfig", "MuxDistilBertConfig", "MuxElectraConfig", "MuxMPNetConfig",
+                     "MuxRobertaConfig"), "configuration"),
+    **dict.fromkeys(("DEMUX_REGISTRY", "build_demux", "register_demux"), "demux"),
+    **dict.fromkeys(("MUX_REGISTRY", "build_mux", "register_mux"), "mux"),
+    **dict.fromkeys(("FAMILIES", "EncoderFamily"), "families"),
+    **dict.fromkeys(("GroupPlan", "plan_groups"), "grouping"),
+    **dict.fromkeys(("MuxModelOutput", "MuxPreTrainingOutput", "MuxRetrievalOutput", "validate_inputs"),
+                    "modeling_mux"),
+    **{f"Mux{family}{head}": f"modeling_{family.lower()}"
+       for family in ("Bert", "DistilBert", "Electra", "MPNet", "Roberta")
+       for head in ("ForRetrieval", "ForSequenceClassification", "ForTokenClassification", "Model",
+                    "PreTrainedModel")},
+    **{f"Mux{family}ForMaskedLM": f"modeling_{family.lower()}" for family in ("Bert", "DistilBert", "MPNet",
+                                                                               "Roberta")},
+    "MuxElectraForPreTraining": "modeling_electra",
 }
+_LIGHT_MODULES = {"choices"}  # the ones that import neither PyTorch nor Transformers
+# The Transformers Auto classes, which an earlier version of this package imported and so held
+# (``muxplm.AutoModelForSequenceClassification``); still there, not exported.
+_AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining",
+                 "AutoModelForSequenceClassification", "AutoModelForTokenClassification")
+
+__all__ = sorted(_EXPORTS)
 
 
-def _register_auto_classes() -> None:
-    for family in FAMILIES.values():
-        AutoConfig.register(family.config_class.model_type, family.config_class, exist_ok=True)
-        for head, model_class in family.models.items():
-            for auto_class in _AUTO_CLASS_OF_HEAD.get(head, ()):
-                auto_class.register(family.config_class, model_class, exist_ok=True)
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if name in _AUTO_CLASSES:
+        module = "families"  # the classes registered with them
+    elif module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if module not in _LIGHT_MODULES:
+        # Every family at once, as an eager import had them: registered with the Auto classes,
+        # so that AutoModel.from_config(MuxBertConfig(...)) works too.
+        importlib.import_module(".families", __name__)
+    source = importlib.import_module("transformers" if name in _AUTO_CLASSES else f".{module}", __name__)
+    value = getattr(source, name)
+    globals()[name] = value  # later look-ups find it without this function
+    return value
 
 
-_register_auto_classes()
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_AUTO_CLASSES))
 
-__all__ = [
-    "DEMUX_REGISTRY",
-    "DEMUX_TYPES",
-    "MUX_REGISTRY",
-    "MUX_TYPES",
-    "SIZE_PRESETS",
-    "FAMILIES",
-    "EncoderFamily",
-    "GroupPlan",
-    "MuxBertConfig",
-    "MuxBertForMaskedLM",
-    "MuxBertForRetrieval",
-    "MuxBertForSequenceClassification",
-    "MuxBertForTokenClassification",
-    "MuxBertModel",
-    "MuxBertPreTrainedModel",
-    "MuxDistilBertConfig",
-    "MuxDistilBertForMaskedLM",
-    "MuxDistilBertForRetrieval",
-    "MuxDistilBertForSequenceClassification",
-    "MuxDistilBertForTokenClassification",
-    "MuxDistilBertModel",
-    "MuxDistilBertPreTrainedModel",
-    "MuxElectraConfig",
-    "MuxElectraForPreTraining",
-    "MuxElectraForRetrieval",
-    "MuxElectraForSequenceClassification",
-    "MuxElectraForTokenClassification",
-    "MuxElectraModel",
-    "MuxElectraPreTrainedModel",
-    "MuxMPNetConfig",
-    "MuxMPNetForMaskedLM",
-    "MuxMPNetForRetrieval",
-    "MuxMPNetForSequenceClassification",
-    "MuxMPNetForTokenClassification",
-    "MuxMPNetModel",
-    "MuxMPNetPreTrainedModel",
-    "MuxModelOutput",
-    "MuxPreTrainingOutput",
-    "MuxRetrievalOutput",
-    "MuxRobertaConfig",
-    "MuxRobertaForMaskedLM",
-    "MuxRobertaForRetrieval",
-    "MuxRobertaForSequenceClassification",
-    "MuxRobertaForTokenClassification",
-    "MuxRobertaModel",
-    "MuxRobertaPreTrainedModel",
-    "build_demux",
-    "build_mux",
-    "plan_groups",
-    "register_demux",
-    "register_mux",
-    "validate_inputs",
-]
+
+auto_registration.install()

@@ -130,3 +130,30 @@ def family_of_plain_type(model_type: str | None, source: str = "the checkpoint")
                          f"--init instead")
     raise ValueError(f"{source} holds a {model_type!r} model; muxplm multiplexes plain encoders of these families: "
                      f"{supported_plain_types()}")
+
+
+# The Auto class of each head (the family's stage-2 head serves both masked-LM and pre-training).
+_AUTO_CLASSES_OF_HEAD = {
+    "base": ("AutoModel",),
+    "mlm": ("AutoModelForMaskedLM", "AutoModelForPreTraining"),
+    "electra": ("AutoModelForPreTraining",),
+    "sentence": ("AutoModelForSequenceClassification",),
+    "token": ("AutoModelForTokenClassification",),
+}
+
+
+def register_auto_classes() -> None:
+    """Every family's config and model classes in Transformers' Auto classes, so that
+    ``AutoModelForSequenceClassification.from_pretrained(dir)`` loads a MUX model. Run when
+    this module is imported: ``import muxplm`` has stand-ins that import it on first use
+    (:mod:`muxplm.auto_registration`)."""
+    import transformers
+
+    for family in FAMILIES.values():
+        transformers.AutoConfig.register(family.config_class.model_type, family.config_class, exist_ok=True)
+        for head, model_class in family.models.items():
+            for auto_class in _AUTO_CLASSES_OF_HEAD.get(head, ()):
+                getattr(transformers, auto_class).register(family.config_class, model_class, exist_ok=True)
+
+
+register_auto_classes()

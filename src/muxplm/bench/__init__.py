@@ -6,39 +6,34 @@
 * :mod:`muxplm.bench.profile` — where the time of one forward pass goes, stage by stage.
 * :mod:`muxplm.bench.analysis` — muxology (per-layer activations and attention entropy),
   the score/throughput Pareto frontier, ensembling gains and composition-seed "lottery tickets".
+
+The names are imported on first use, so that the command line's parsers (:mod:`.cli`) do not
+import PyTorch.
 """
 
-from .analysis import (
-    ensemble_table,
-    load_records,
-    lottery_table,
-    muxology,
-    muxology_models,
-    pareto_frontier,
-    plot_muxology,
-    plot_pareto,
-    read_sentences,
-    table_markdown,
-)
-from .profile import profile_specs, stage_breakdown
-from .throughput import ModelSpec, build_specs, format_table, plot_throughput, run_throughput
+from __future__ import annotations
 
-__all__ = [
-    "ModelSpec",
-    "build_specs",
-    "ensemble_table",
-    "format_table",
-    "load_records",
-    "lottery_table",
-    "muxology",
-    "muxology_models",
-    "pareto_frontier",
-    "plot_muxology",
-    "plot_pareto",
-    "plot_throughput",
-    "profile_specs",
-    "read_sentences",
-    "run_throughput",
-    "stage_breakdown",
-    "table_markdown",
-]
+import importlib
+
+# The module of this package that defines each exported name.
+_EXPORTS = {
+    **dict.fromkeys(("ensemble_table", "load_records", "lottery_table", "muxology", "muxology_models",
+                     "pareto_frontier", "plot_muxology", "plot_pareto", "read_sentences", "table_markdown"),
+                    "analysis"),
+    **dict.fromkeys(("profile_specs", "stage_breakdown"), "profile"),
+    **dict.fromkeys(("ModelSpec", "build_specs", "format_table", "plot_throughput", "run_throughput"), "throughput"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,13 +2,14 @@
 HTTP server (FastAPI + uvicorn), a loopback load generator and ONNX export.
 
 The server, load generator and ONNX parts need the ``serve`` / ``onnx`` extras and are
-imported on first use, so ``from muxplm.serving import Predictor`` works without them.
+imported on first use, so ``from muxplm.serving import Predictor`` works without them. The
+other names are imported on first use too, so that the command line's parsers (:mod:`.cli`)
+import no PyTorch.
 """
 
-from .batcher import BatcherClosedError, BatchStats, DynamicBatcher, QueueFullError
-from .predictor import Encoded, InputTooLongError, Predictor
-
 _LAZY = {
+    **dict.fromkeys(("BatcherClosedError", "BatchStats", "DynamicBatcher", "QueueFullError"), "batcher"),
+    **dict.fromkeys(("Encoded", "InputTooLongError", "Predictor"), "predictor"),
     "create_app": "server",
     "serve": "server",
     "PredictRequest": "server",
@@ -26,13 +27,4 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = [
-    "BatchStats",
-    "BatcherClosedError",
-    "DynamicBatcher",
-    "Encoded",
-    "InputTooLongError",
-    "Predictor",
-    "QueueFullError",
-    *_LAZY,
-]
+__all__ = sorted(_LAZY)

@@ -4,28 +4,35 @@ Three stages: token-retrieval priming -> MLM / ELECTRA pre-training -> fine-tuni
 :func:`run_stage` call (or ``muxplm pretrain`` / ``muxplm finetune``) on a compact Accelerate
 loop that also runs under ``accelerate launch`` / ``torchrun``; :func:`evaluate_checkpoint`
 scores a fine-tuned model over several composition seeds.
+
+The names are imported on first use, so that the command line's parsers (:mod:`.cli`, which
+read :class:`TrainConfig`) do not import PyTorch.
 """
 
-from .config import TrainConfig, build_config, load_config_file, resolve
-from .evaluate import evaluate_checkpoint, evaluate_model, measure_throughput, summarize
-from .inputs import load_task_features
-from .loop import TrainingDiverged
-from .models import load_classifier
-from .stages import finetune, pretrain, run_stage
+from __future__ import annotations
 
-__all__ = [
-    "TrainConfig",
-    "TrainingDiverged",
-    "build_config",
-    "evaluate_checkpoint",
-    "evaluate_model",
-    "finetune",
-    "load_classifier",
-    "load_config_file",
-    "load_task_features",
-    "measure_throughput",
-    "pretrain",
-    "resolve",
-    "run_stage",
-    "summarize",
-]
+import importlib
+
+# The module of this package that defines each exported name.
+_EXPORTS = {
+    **dict.fromkeys(("TrainConfig", "build_config", "load_config_file", "resolve"), "config"),
+    **dict.fromkeys(("evaluate_checkpoint", "evaluate_model", "measure_throughput", "summarize"), "evaluate"),
+    "load_task_features": "inputs",
+    "TrainingDiverged": "loop",
+    "load_classifier": "models",
+    **dict.fromkeys(("finetune", "pretrain", "run_stage"), "stages"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
