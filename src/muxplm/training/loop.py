@@ -212,9 +212,9 @@ def train(run: TrainingRun, config: TrainConfig, accelerator: Accelerator) -> di
     loop = _Loop(run, config, accelerator)
     progress = None
     if loop.main and config.progress:
-        from tqdm.auto import tqdm
+        from ..progress import progress_bar
 
-        progress = tqdm(total=loop.total_steps, initial=loop.step, desc=f"{config.stage}", dynamic_ncols=True)
+        progress = progress_bar(loop.total_steps, initial=loop.step, desc=config.stage)
     batches = iter(micro_batch_loader(run.train_set, run.collate, loop.sampler, config, loop.micro_step,
                                       (loop.total_steps - loop.step) * config.gradient_accumulation_steps,
                                       accelerator.device))
