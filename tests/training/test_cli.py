@@ -3,7 +3,10 @@ clear errors for bad input."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
+import re
 import statistics
 
 import pytest
@@ -31,8 +34,9 @@ def sentiment_files(tmp_path):
 
 
 def test_the_command_freezes_its_imports_for_the_collector_and_main_leaves_a_callers_objects_alone(monkeypatch):
-    """`muxplm` and `python -m muxplm` (its own process) freeze the modules they import, which the
-    collector would otherwise walk at exit; `main` called from Python freezes nothing."""
+    """`muxplm` and `python -m muxplm` (its own process) import what the command runs with and then
+    freeze the modules, which the collector would otherwise walk at exit; `main` called from Python
+    freezes nothing, and neither does a help screen (it imports nothing heavy)."""
     import gc
     import sys
     from importlib.metadata import entry_points
@@ -41,13 +45,15 @@ def test_the_command_freezes_its_imports_for_the_collector_and_main_leaves_a_cal
 
     frozen = []
     monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
-    with pytest.raises(SystemExit):
-        main(["--version"])
+    assert main(["data"]) == 2  # `muxplm data` without an action prints its help
     assert frozen == []
-    monkeypatch.setattr(sys, "argv", ["muxplm", "--version"])
+    monkeypatch.setattr(sys, "argv", ["muxplm", "finetune", "--help"])
     with pytest.raises(SystemExit):
         cli.entry_point()
-    assert frozen == [True]
+    assert frozen == []
+    monkeypatch.setattr(sys, "argv", ["muxplm", "data"])
+    assert cli.entry_point() == 2 and frozen == [True]
+    assert all(command.runs is None or importlib.util.find_spec(command.runs) for command in cli.COMMANDS.values())
     (script,) = [entry for entry in entry_points(group="console_scripts") if entry.name == "muxplm"]
     assert script.value == "muxplm.cli:entry_point"
 
@@ -74,18 +80,138 @@ def test_a_config_file_is_held_to_the_flags_choices(tmp_path, setting, value):
         build_config(settings, output_dir="x")
 
 
-def test_the_training_flags_are_built_from_the_config_dataclass(tmp_path, capsys):
+def _shown_flags(parser) -> dict[str, argparse.Action]:
+    """The options a parser's --help lists, by their first spelling."""
+    return {action.option_strings[0]: action for action in parser._actions
+            if action.option_strings and action.help != argparse.SUPPRESS}
+
+
+def _command_parser(command):
+    from muxplm.cli import build_parser
+
+    parser = build_parser([command])
+    return next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction)).choices[command]
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune", "convert"])
+def test_each_training_command_shows_exactly_its_own_settings_in_kebab_case(command, capsys):
     import dataclasses
 
+    from muxplm.cli import main
+    from muxplm.training.config import TrainConfig, command_settings
+
+    own = [setting.name for setting in command_settings(command)]
+    expected = {f"--{name.replace('_', '-')}" for name in own if name != "progress"} | {"--no-progress"}
+    extra = {"-h", "--config"} | ({"--gpu"} if command == "convert" else set())
+    shown = _shown_flags(_command_parser(command))
+    assert set(shown) == expected | extra
+    assert all(shown[flag].help.strip() for flag in shown)  # help on every option
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    screen = capsys.readouterr().out
+    assert not re.search(r"--[a-z0-9-]*_", screen), "snake_case in the help"
+    other = {f"--{field.name.replace('_', '-')}" for field in dataclasses.fields(TrainConfig)} - expected
+    assert not [flag for flag in other if re.search(rf"^\s+{flag}\b", screen, re.MULTILINE)]
+    for section in ("run arguments", "model arguments", "data arguments", "training arguments"):
+        assert f"\n{section}:\n" in screen
+
+
+def test_the_settings_each_command_takes():
+    from muxplm.training.config import PRETRAIN_STAGES, command_settings
+
+    takes = {command: {setting.name for setting in command_settings(command)}
+             for command in ("pretrain", "finetune", "convert")}
+    # convert starts from the plain encoder it is given, and runs retrieval priming
+    assert not {"stage", "preset", "init", "init_encoder", "family", "task", "recipe"} & takes["convert"]
+    # finetune runs its one stage on a task: no stage, corpus or pre-training objective
+    assert not {"stage", "corpus_sources", "corpus_max_words", "mlm_probability", "retrieval_loss_weight",
+                "distill_pooling"} & takes["finetune"]
+    assert not {"task", "task_kind", "validation_file", "consistency_weight", "sentence_pooling"} & takes["pretrain"]
+    assert {"output_dir", "num_instances", "train_file", "max_steps", "lr", "resume", "progress",
+            "model_overrides"} <= takes["pretrain"] & takes["finetune"] & takes["convert"]
+    assert _shown_flags(_command_parser("pretrain"))["--stage"].choices == PRETRAIN_STAGES
+
+
+def test_flags_keep_their_snake_case_spellings_and_the_bare_switches(tmp_path):
     from muxplm.cli import build_parser
-    from muxplm.training.config import TrainConfig
+
+    def parse(*argv):
+        return vars(build_parser(argv).parse_args(argv))
+
+    kebab = parse("pretrain", "--stage", "mlm", "--max-steps", "3", "--corpus-sources", "a", "b", "--output-dir", "x",
+                  "--model-overrides", '{"num_hidden_layers": 2}', "--resume", "--no-progress")
+    snake = parse("pretrain", "--stage", "mlm", "--max_steps", "3", "--corpus_sources", "a", "b", "--output_dir", "x",
+                  "--model_overrides", '{"num_hidden_layers": 2}', "--resume", "--no_progress")
+    assert kebab == snake
+    assert (kebab["max_steps"], kebab["corpus_sources"], kebab["resume"], kebab["progress"]) == (3, ["a", "b"], True,
+                                                                                               False)
+    assert kebab["model_overrides"] == {"num_hidden_layers": 2}
+    assert parse("finetune", "--resume", "false", "--progress", "false", "--task_kind", "token")["resume"] is False
+    assert parse("convert", "plain", "--keep_layers", "2", "--gpu")["keep_layers"] == 2
+    assert "seed" not in parse("finetune", "--task", "trec")  # a flag not given leaves a config file's value alone
+
+
+def test_a_setting_of_another_command_is_refused_by_name(capsys):
+    from muxplm.cli import build_parser
+
+    for argv, flag, owners in ((["pretrain", "--stage", "mlm", "--task", "sentiment"], "--task", "`muxplm finetune`"),
+                               (["finetune", "--stage", "mlm"], "--stage", "`muxplm pretrain`"),
+                               (["finetune", "--corpus_sources", "a"], "--corpus_sources",
+                                "`muxplm pretrain` and `muxplm convert`"),
+                               (["convert", "plain", "--preset", "tiny"], "--preset",
+                                "`muxplm pretrain` and `muxplm finetune`")):
+        with pytest.raises(SystemExit):
+            build_parser(argv).parse_args(argv)
+        assert f"{flag} is a setting of {owners}, not of `muxplm {argv[0]}`" in capsys.readouterr().err
+
+
+def test_a_config_file_takes_every_setting_of_its_command_and_refuses_the_others(tmp_path):
+    from muxplm.cli import build_parser
+    from muxplm.training.cli import _file_settings
+    from muxplm.training.config import command_settings
+
+    for command in ("pretrain", "finetune", "convert"):
+        own = {setting.name: None for setting in command_settings(command)}
+        file = _write(tmp_path / f"{command}.json", json.dumps(own))
+        argv = [command, *(["plain"] if command == "convert" else []), "--config", file]
+        assert set(_file_settings(build_parser(argv).parse_args(argv))) == set(own)
+    for command, settings, message in (
+            ("finetune", {"corpus_sources": ["moby_dick"]}, "corpus_sources is a setting of `muxplm pretrain` and "
+                                                            "`muxplm convert`, not of `muxplm finetune`"),
+            ("convert", {"task": "trec"}, "task is a setting of `muxplm finetune`, not of `muxplm convert`"),
+            ("pretrain", {"stage": "mlm", "consistency_weight": 4}, "consistency_weight is a setting of"),
+            ("finetune", {"stage": "mlm"}, "stage 'mlm' is a pre-training stage; use `muxplm pretrain --stage mlm`"),
+            ("convert", {"stage": "mlm"}, "convert runs the retrieval stage, not 'mlm'")):
+        file = _write(tmp_path / "run.json", json.dumps(settings))
+        argv = [command, *(["plain"] if command == "convert" else []), "--config", file]
+        with pytest.raises(ValueError, match=re.escape(f"{file}: {message}")):
+            _file_settings(build_parser(argv).parse_args(argv))
+    file = _write(tmp_path / "own.json", json.dumps({"stage": "finetune", "task": "trec", "output_dir": "x"}))
+    config = config_from_args(build_parser(["finetune"]).parse_args(["finetune", "--config", file]))
+    assert (config.stage, config.task, config.output_dir) == ("finetune", "trec", "x")
+
+
+def test_every_option_of_every_command_has_help():
+    from muxplm.cli import build_parser
+
+    def options(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                assert all(choice.help for choice in action._choices_actions), path
+                for name, sub in action.choices.items():
+                    yield from options(sub, f"{path} {name}")
+            else:
+                yield path, action
+
+    missing = [f"{path} {action.option_strings or action.dest}" for path, action in options(build_parser(), "muxplm")
+               if not action.help]
+    assert missing == []
+
+
+def test_flags_override_a_config_file_and_keep_today_s_spellings(tmp_path, capsys):
+    from muxplm.cli import build_parser
 
     parser = build_parser()
-    with pytest.raises(SystemExit):
-        parser.parse_args(["finetune", "--help"])
-    shown = capsys.readouterr().out
-    for field in dataclasses.fields(TrainConfig):
-        assert f"--{field.name.replace('_', '-')}" in shown and f"--{field.name}" in shown, field.name
     # A flag given with its default's value still wins over the file; unset flags leave it alone.
     settings = _write(tmp_path / "run.json", json.dumps({"seed": 3, "progress": False, "lr": 1e-3}))
     args = parser.parse_args(["finetune", "--task", "sentiment", "--config", settings, "--seed", "42",
@@ -96,13 +222,6 @@ def test_the_training_flags_are_built_from_the_config_dataclass(tmp_path, capsys
     assert config_from_args(parser.parse_args(["finetune", "--task", "sentiment", "--output-dir", "x",
                                                "--no-progress"])).progress is False
     assert config_from_args(parser.parse_args(["finetune", "--task", "sentiment", "--output_dir", "x"])).lr is None
-    for argv, message in ((["pretrain", "--stage", "mlm", "--task", "sentiment", "--output-dir", "x"], "fine-tuning"),
-                          (["finetune", "--stage", "mlm", "--task", "sentiment", "--output-dir", "x"], "pretrain")):
-        with pytest.raises(ValueError, match=message):
-            config_from_args(parser.parse_args(argv))
-    args = parser.parse_args(["convert", "plain", "--num-instances", "2", "--task", "trec", "--output-dir", "x"])
-    with pytest.raises(ValueError, match="fine-tuning setting"):
-        args.func(args)
     with pytest.raises(SystemExit):
         parser.parse_args(["finetune", "--model-overrides", "{not json", "--output-dir", "x"])
     assert "--model-overrides" in capsys.readouterr().err
@@ -112,7 +231,7 @@ def test_finetune_local_files_then_evaluate_via_cli(tmp_path, sentiment_files):
     train, valid = sentiment_files
     out = tmp_path / "local"
     done = run_cli("finetune", "--train-file", train, "--validation-file", valid, "--preset", "tiny",
-                   "--num-instances", "2", "--output-dir", str(out), *micro_flags(max_steps=2))
+                   "--num-instances", "2", "--output-dir", str(out), *micro_flags("finetune", max_steps=2))
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "config.json").read_text())["id2label"] == {"0": "neg", "1": "pos"}
     result_file = tmp_path / "eval.json"
@@ -121,6 +240,16 @@ def test_finetune_local_files_then_evaluate_via_cli(tmp_path, sentiment_files):
     assert "best-worst" in done.stdout and "accuracy" in done.stdout
     result = json.loads(result_file.read_text())
     assert result["num_examples"] == 7 and len(result["per_seed"]) == 3
+
+
+def test_training_into_a_file_logs_its_progress_every_few_percent(tmp_path, sentiment_files):
+    train, valid = sentiment_files
+    done = run_cli("finetune", "--train-file", train, "--validation-file", valid, "--preset", "tiny",
+                   "--output-dir", str(tmp_path / "run"), *micro_flags("finetune", max_steps=60, eval_steps=60,
+                                                                         save_steps=60), "--progress", "true")
+    assert done.returncode == 0, done.stderr
+    bar = [line for line in done.stderr.splitlines() if line.startswith("finetune:")]
+    assert "\r" not in done.stderr and 15 <= len(bar) <= 25 and "60/60" in bar[-1], done.stderr[-2000:]
 
 
 def test_demo_quick_end_to_end(tmp_path):

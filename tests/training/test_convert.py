@@ -107,12 +107,12 @@ def test_convert_cli_then_finetune(plain_dir, tmp_path):
     assert json.loads((out / "config.json").read_text())["num_instances"] == 2
     tuned = run_cli("finetune", "--task", "sentiment", "--init", str(out), "--output-dir", str(tmp_path / "tuned"),
                     "--max-steps", "2", "--max-train-examples", "32", "--max-eval-examples", "16", "--eval-steps", "2",
-                    *micro_flags()[2:])
+                    *micro_flags("finetune")[2:])
     assert tuned.returncode == 0, tuned.stderr
     # A 2-label sentiment classifier fine-tuned on 6-label trec: the head restarts, and says so.
     other = run_cli("finetune", "--task", "trec", "--init", str(tmp_path / "tuned"), "--output-dir",
                     str(tmp_path / "trec"), "--max-steps", "1", "--max-train-examples", "16", "--max-eval-examples", "8",
-                    "--eval-steps", "1", *micro_flags()[2:])
+                    "--eval-steps", "1", *micro_flags("finetune")[2:])
     assert other.returncode == 0, other.stderr
     assert "head for 2 labels; this task has 6, so the classifier head starts from scratch" in other.stderr
     refused = run_cli("convert", str(plain_dir), "--output-dir", str(tmp_path / "x"))
@@ -161,7 +161,7 @@ def test_cut_encoders_from_the_command_line_and_in_the_conversion_recipe(plain_d
     out = tmp_path / "cut"
     tuned = run_cli("finetune", "--task", "sentiment", "--init-encoder", str(plain_dir), "--keep-layers", "1",
                     "--num-instances", "1", "--output-dir", str(out), "--max-steps", "2", "--max-train-examples",
-                    "32", "--max-eval-examples", "16", "--eval-steps", "2", *micro_flags()[2:])
+                    "32", "--max-eval-examples", "16", "--eval-steps", "2", *micro_flags("finetune")[2:])
     assert tuned.returncode == 0, tuned.stderr
     assert json.loads((out / "config.json").read_text())["num_hidden_layers"] == 1
     converted = run_cli("convert", str(plain_dir), "--num-instances", "2", "--keep-layers", "1", "--output-dir",
@@ -234,10 +234,10 @@ def test_progressive_fine_tuning_starts_at_the_conversions_own_layout(plain_dir,
     tuned = run_cli("finetune", "--task", "sentiment", "--init", str(tmp_path / "mux"), "--output-dir",
                     str(tmp_path / "tuned"), "--max-steps", "4", "--max-train-examples", "32", "--max-eval-examples",
                     "16", "--eval-steps", "4", "--start-unmuxed-layers", "1", "--num-unmuxed-layers", "0",
-                    *micro_flags()[2:])
+                    *micro_flags("finetune")[2:])
     assert tuned.returncode == 0, tuned.stderr
     assert json.loads((tmp_path / "tuned" / "config.json").read_text())["num_unmuxed_layers"] == 0
     # Without the progressive start, asking a K = 1 checkpoint for K = 0 is refused, as before.
     refused = run_cli("finetune", "--task", "sentiment", "--init", str(tmp_path / "mux"), "--output-dir",
-                      str(tmp_path / "x"), "--max-steps", "1", "--num-unmuxed-layers", "0", *micro_flags()[2:])
+                      str(tmp_path / "x"), "--max-steps", "1", "--num-unmuxed-layers", "0", *micro_flags("finetune")[2:])
     assert refused.returncode != 0 and "num_unmuxed_layers" in refused.stderr

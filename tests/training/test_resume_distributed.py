@@ -113,7 +113,7 @@ def test_two_processes_train_as_one_with_the_doubled_batch(tmp_path):
     flags = ["finetune", "--task", "sentiment", "--preset", "tiny", "--num-instances", "1", "--dropout", "0",
              "--max-train-examples", "64", "--max-eval-examples", "16", "--max-steps", "3", "--save-steps", "3",
              "--eval-steps", "3", "--lr", "1e-3", "--seed", "5",
-             *micro_flags()]  # its --batch-size is overridden below (argparse keeps the last one)
+             *micro_flags("finetune")]  # its --batch-size is overridden below (argparse keeps the last one)
     two = tmp_path / "two"
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                "--master_port", str(30500 + os.getpid() % 1000), "-m", "muxplm.cli", *flags, "--batch-size", "8",

@@ -27,10 +27,12 @@ MICRO = dict(
 )
 
 
-def micro_flags(**extra) -> list[str]:
-    """The same settings as command-line flags."""
+def micro_flags(command: str = "pretrain", **extra) -> list[str]:
+    """The same settings as flags of ``command`` (finetune takes no corpus settings)."""
     flags = ["--model-overrides", json.dumps(MICRO_MODEL), "--max-length", "32", "--batch-size", "8",
-             "--corpus-sources", "moby_dick", "--corpus-max-words", "6000", "--logging-steps", "1", "--no-progress"]
+             "--logging-steps", "1", "--no-progress"]
+    if command != "finetune":
+        flags += ["--corpus-sources", "moby_dick", "--corpus-max-words", "6000"]
     for key, value in extra.items():
         flags += [f"--{key.replace('_', '-')}", str(value)]
     return flags

@@ -7,8 +7,9 @@ import json
 import os
 from typing import Any
 
-from ..quantization import QUANTIZE_CHOICES
-from .throughput import CLOCKS, DTYPES, HEADS, VARIANTS
+from ..choices import BENCH_HEADS as HEADS
+from ..choices import BENCH_VARIANTS as VARIANTS
+from ..choices import CLOCKS, DEMUX_TYPES, DTYPE_NAMES, MUX_TYPES, QUANTIZE_CHOICES, SIZE_PRESETS
 
 # The flags that pick models of the benchmark grid; --model times given checkpoints instead.
 GRID_OPTIONS = ("sizes", "instances", "mux", "demux", "heads", "variants", "no_transformers")
@@ -29,8 +30,13 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def register(subparsers) -> None:
-    bench = subparsers.add_parser("bench", help="benchmarks (throughput, profiling)")
+def add_command(subparsers, name: str, help: str) -> None:
+    """The parser of command ``name`` (``muxplm.cli.COMMANDS`` lists which are this module's)."""
+    {"bench": _add_bench, "analyze": _add_analyze, "reproduce": _add_reproduce}[name](subparsers, name, help)
+
+
+def _add_bench(subparsers, name: str, help: str) -> None:
+    bench = subparsers.add_parser(name, help=help, description="Inference benchmarks of MUX models.")
     bench_sub = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK", required=True)
 
     tp = bench_sub.add_parser(
@@ -55,60 +61,70 @@ def register(subparsers) -> None:
     tp.add_argument("--variants", type=_csv(), default=["default"],
                     help=f"complementary speed-ups to stack, from {','.join(VARIANTS)} (default: default)")
     tp.add_argument("--no-transformers", action="store_true", help="skip the transformers.BertModel reference")
-    tp.add_argument("--batch-size", type=int, default=128)
-    tp.add_argument("--seq-len", type=int, default=128)
-    tp.add_argument("--warmup", type=int, default=3, help="warm-up batches per model")
-    tp.add_argument("--trials", type=int, default=3)
-    tp.add_argument("--batches", type=int, default=200, help="mini-batches per trial")
+    tp.add_argument("--batch-size", type=int, default=128, metavar="N", help="instances per batch (default: 128)")
+    tp.add_argument("--seq-len", type=int, default=128, metavar="N", help="tokens per instance (default: 128)")
+    tp.add_argument("--warmup", type=int, default=3, metavar="N", help="warm-up batches per model (default: 3)")
+    tp.add_argument("--trials", type=int, default=3, metavar="N",
+                    help="timed trials per model, round robin over the models (default: 3)")
+    tp.add_argument("--batches", type=int, default=200, metavar="N", help="mini-batches per trial (default: 200)")
     tp.add_argument("--clock", choices=CLOCKS, default="wall",
                     help="wall: elapsed time (paper); process: CPU seconds of this process (shared CPU machines)")
-    tp.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    tp.add_argument("--output", help="results JSON path; the plot goes next to it as .png")
+    tp.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's choice)")
+    tp.add_argument("--output", metavar="FILE", help="results JSON path; the plot goes next to it as .png")
     tp.set_defaults(func=_run_throughput, grid_defaults={name: tp.get_default(name) for name in GRID_OPTIONS})
 
     pf = bench_sub.add_parser("profile", help="per-stage time of one forward pass and the top operators")
     _add_model_grid(pf)
-    pf.add_argument("--head", choices=HEADS, default="sentence")
-    pf.add_argument("--batch-size", type=int, default=128)
-    pf.add_argument("--seq-len", type=int, default=128)
-    pf.add_argument("--repeats", type=int, default=3)
+    pf.add_argument("--head", choices=HEADS, default="sentence", help="the head profiled (default: sentence)")
+    pf.add_argument("--batch-size", type=int, default=128, metavar="N", help="instances per batch (default: 128)")
+    pf.add_argument("--seq-len", type=int, default=128, metavar="N", help="tokens per instance (default: 128)")
+    pf.add_argument("--repeats", type=int, default=3, metavar="N",
+                    help="timed forward passes per model (default: 3)")
     pf.add_argument("--operators", action="store_true", help="also print torch.profiler's operator table")
     pf.add_argument("--clock", choices=CLOCKS, default="wall", help="wall or process (CPU seconds, CPU only)")
-    pf.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    pf.add_argument("--output", help="write the breakdown as JSON")
+    pf.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's choice)")
+    pf.add_argument("--output", metavar="FILE", help="write the breakdown as JSON")
     pf.set_defaults(func=_run_profile)
 
-    analyze = subparsers.add_parser("analyze", help="analyses: pareto, muxology, ensemble, lottery")
+
+def _add_analyze(subparsers, name: str, help: str) -> None:
+    analyze = subparsers.add_parser(name, help=help, description="Analyses of trained MUX models and of results files.")
     an_sub = analyze.add_subparsers(dest="analyze_command", metavar="ANALYSIS", required=True)
 
     mx = an_sub.add_parser("muxology", help="per-layer mean |activation| and attention entropy, MUX vs plain")
     mx.add_argument("models", nargs="*", help="checkpoint dirs (MUX or plain BERT); default: fresh presets")
-    mx.add_argument("--preset", default="tiny", help="size of the freshly initialised models when no dirs are given")
-    mx.add_argument("--instances", type=_csv(int), default=[1, 2, 5, 10], help="N of the fresh models")
-    mx.add_argument("--text-file", action="append", help="held-out text (one sentence per line); repeatable")
-    mx.add_argument("--num-sentences", type=int, default=300)
-    mx.add_argument("--max-length", type=int, default=64)
-    mx.add_argument("--batch-size", type=int, default=30)
-    mx.add_argument("--tokenizer", help="tokenizer dir (default: the data module's default tokenizer)")
-    mx.add_argument("--device", default=None)
-    mx.add_argument("--output", required=True, help="results JSON path; the figure goes next to it as .png")
+    mx.add_argument("--preset", default="tiny", choices=tuple(SIZE_PRESETS),
+                    help="size of the freshly initialised models when no dirs are given (default: tiny)")
+    mx.add_argument("--instances", type=_csv(int), default=[1, 2, 5, 10], metavar="N,N,...",
+                    help="N of the fresh models (default: 1,2,5,10)")
+    mx.add_argument("--text-file", action="append", metavar="FILE",
+                    help="held-out text (one sentence per line); repeatable")
+    mx.add_argument("--num-sentences", type=int, default=300, metavar="N", help="sentences read (default: 300)")
+    mx.add_argument("--max-length", type=int, default=64, metavar="N", help="tokens per sentence (default: 64)")
+    mx.add_argument("--batch-size", type=int, default=30, metavar="N", help="sentences per batch (default: 30)")
+    mx.add_argument("--tokenizer", metavar="DIR", help="tokenizer folder (default: the data module's default tokenizer)")
+    mx.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    mx.add_argument("--output", required=True, metavar="FILE",
+                    help="results JSON path; the figure goes next to it as .png")
     mx.set_defaults(func=_run_muxology)
 
     pa = an_sub.add_parser("pareto", help="score vs throughput with the Pareto frontier")
     pa.add_argument("results", help="JSON list of {name, size, num_instances, score, throughput}")
-    pa.add_argument("--output", required=True, help="figure path (.png); the frontier JSON goes next to it")
-    pa.add_argument("--title", default="score vs throughput")
+    pa.add_argument("--output", required=True, metavar="FILE", help="figure path (.png); the frontier JSON goes next to it")
+    pa.add_argument("--title", default="score vs throughput", help="figure title (default: score vs throughput)")
     pa.set_defaults(func=_run_pareto)
 
     for name, help_text in (("ensemble", "gain of ensembling over plain multiplexed inference"),
                             ("lottery", "best minus worst composition seed")):
         sub = an_sub.add_parser(name, help=help_text)
         sub.add_argument("results", nargs="+", help="per-seed evaluation JSON files (or directories of them)")
-        sub.add_argument("--output", help="write <output>.md and <output>.json")
+        sub.add_argument("--output", metavar="FILE", help="write <output>.md and <output>.json")
         sub.set_defaults(func=_run_table, table=name)
 
+
+def _add_reproduce(subparsers, name: str, help: str) -> None:
     rp = subparsers.add_parser(
-        "reproduce", help="small-scale reproduction of the paper's Table 1 (train, evaluate, time, compare)",
+        name, help=help,
         description="Every model through retrieval priming (N>1), MLM/ELECTRA pre-training and fine-tuning on "
         "the offline data with the same budget; multi-seed scores, side-by-side throughput, retention and the "
         "paper's targets. Writes results.json, table.md, points.json, pareto.png, lottery.md, ensemble.md.",
@@ -123,13 +139,15 @@ def register(subparsers) -> None:
                     help="with --full (implied) or --gpu: each input's first layer run on it alone and composition "
                     "consistency on sentence tasks, predictions that barely change with the companions, at a lower "
                     "speed-up")
-    rp.add_argument("--output-dir", default="benchmarks/results/reproduce/run")
-    rp.add_argument("--runs-dir", default=None, help="where the checkpoints go (default: OUTPUT_DIR/runs)")
+    rp.add_argument("--output-dir", default="benchmarks/results/reproduce/run", metavar="DIR",
+                    help="where the results go (default: benchmarks/results/reproduce/run)")
+    rp.add_argument("--runs-dir", default=None, metavar="DIR", help="where the checkpoints go (default: OUTPUT_DIR/runs)")
     rp.add_argument("--models", type=_csv(), default=None,
                     help="comma list of models or groups: paper (every system of the paper at N = 2 / 5 / 10 and "
                     "the small size), default, convert (default: the preset's list)")
     rp.add_argument("--tasks", type=_csv(), default=None, help="comma list (default: sentiment,trec,pos,ner)")
-    rp.add_argument("--seeds", type=int, default=None, help="composition seeds per evaluation (default: preset's)")
+    rp.add_argument("--seeds", type=int, default=None, metavar="N",
+                    help="composition seeds per evaluation (default: the preset's)")
     rp.add_argument("--device", default=None,
                     help="override the preset's device (cpu, cuda); with --merge, where the rows are timed")
     rp.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
@@ -140,7 +158,7 @@ def register(subparsers) -> None:
                     help="instead of training: one table from these runs' results folders (shards of one "
                     "reproduction run in different sessions, same recipe and code), every row timed again side "
                     "by side, into --output-dir")
-    rp.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice); with --models and a "
+    rp.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's choice); with --models and a "
                     "shared --runs-dir, shards can run side by side and a last run over all models collects them")
     rp.set_defaults(func=_run_reproduce, preset=None)
 
@@ -148,11 +166,15 @@ def register(subparsers) -> None:
 def _add_model_grid(parser) -> None:
     parser.add_argument("--sizes", type=_csv(), default=None,
                         help="subset of tiny,small,base,large (default: all on cuda, tiny,small on cpu)")
-    parser.add_argument("--instances", type=_csv(int), default=[1, 2, 5, 10])
-    parser.add_argument("--mux", type=_csv(), default=["gaussian_hadamard", "contextual"])
-    parser.add_argument("--demux", type=_csv(), default=["rsa", "prefix"])
+    parser.add_argument("--instances", type=_csv(int), default=[1, 2, 5, 10], metavar="N,N,...",
+                        help="N of the MUX models (default: 1,2,5,10)")
+    parser.add_argument("--mux", type=_csv(), default=["gaussian_hadamard", "contextual"], metavar="NAME,...",
+                        help=f"multiplexers, from {','.join(MUX_TYPES)} (default: gaussian_hadamard,contextual)")
+    parser.add_argument("--demux", type=_csv(), default=["rsa", "prefix"], metavar="NAME,...",
+                        help=f"demultiplexers, from {','.join(DEMUX_TYPES)} (default: rsa,prefix)")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
+                        help="weights and activations (default: float32)")
 
 
 def _grid(args, variants=("default",), with_transformers=True):

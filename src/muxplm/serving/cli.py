@@ -9,18 +9,23 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from ..quantization import QUANTIZE_CHOICES
+from ..choices import COMPILE_MODES, QUANTIZE_CHOICES
 from . import limits
-from .predictor import COMPILE_MODES
 
 
-def register(subparsers) -> None:
+def add_command(subparsers, name: str, help: str) -> None:
+    """The parser of command ``name`` (``muxplm.cli.COMMANDS`` lists which are this module's)."""
+    {"serve": _add_serve, "export": _add_export, "serve-bench": _add_serve_bench}[name](subparsers, name, help)
+
+
+def _add_serve(subparsers, name: str, help: str) -> None:
     serve = subparsers.add_parser(
-        "serve", help="serve a checkpoint over HTTP with dynamic multiplexed batching",
+        name, help=help,
         description="Serve MODEL_DIR with FastAPI + uvicorn: POST /predict, GET /health, GET /metrics.",
     )
     serve.add_argument("model_dir", help="checkpoint folder (config.json, model.safetensors, tokenizer files)")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default: 127.0.0.1, this machine only)")
     serve.add_argument("--port", type=limits.port, default=8000, help="0..65535 (0: any free port)")
     serve.add_argument("--max-batch", type=limits.positive_int, default=None,
                        help="most instances per forward pass and per request (default: 64 on a CPU, "
@@ -60,27 +65,32 @@ def register(subparsers) -> None:
     serve.add_argument("--compile", choices=COMPILE_MODES, default="none",
                        help="torch.compile the forward pass (reduce-overhead: and replay it as CUDA graphs, "
                        "CUDA only); inputs are padded to few shapes, each compiled on first use")
-    serve.add_argument("--log-level", choices=limits.LOG_LEVELS, default="info")
+    serve.add_argument("--log-level", choices=limits.LOG_LEVELS, default="info",
+                       help="uvicorn's and the server's logging (default: info)")
     limits.add_limit_arguments(serve)
     serve.set_defaults(func=_serve)
 
-    export = subparsers.add_parser("export", help="export a checkpoint to another format")
+
+def _add_export(subparsers, name: str, help: str) -> None:
+    export = subparsers.add_parser(name, help=help, description="Export a checkpoint to another format.")
     formats = export.add_subparsers(dest="format", metavar="FORMAT", required=True)
     onnx = formats.add_parser(
         "onnx", help="ONNX with dynamic batch and length axes",
         description="Export a sequence- or token-classification checkpoint to OUT_DIR/model.onnx "
         "(plus config and tokenizer) and check parity with PyTorch.",
     )
-    onnx.add_argument("model_dir")
-    onnx.add_argument("out_dir")
-    onnx.add_argument("--opset", type=int, default=17)
+    onnx.add_argument("model_dir", help="a sequence- or token-classification checkpoint folder")
+    onnx.add_argument("out_dir", help="where model.onnx, its config and tokenizer go")
+    onnx.add_argument("--opset", type=int, default=17, metavar="N", help="ONNX opset version (default: 17)")
     onnx.add_argument("--no-check", dest="check", action="store_false", help="skip the parity check")
     onnx.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
                       help="int8: also write OUT_DIR/model.int8.onnx, quantised by ONNX Runtime (int8 weights)")
     onnx.set_defaults(func=_export_onnx)
 
-    bench = subparsers.add_parser("serve-bench", help="loopback load benchmark of the server for N = 1, 2, 5, 10")
-    _bench_arguments(bench)
+
+def _add_serve_bench(subparsers, name: str, help: str) -> None:
+    _bench_arguments(subparsers.add_parser(name, help=help, description="Servers of fresh models at each N on "
+                                           "loopback, loaded by concurrent clients: requests/s and latency."))
 
 
 def add_serve_bench(bench_subparsers, name: str = "serve") -> None:
@@ -100,7 +110,8 @@ def _batch_or_auto(text: str) -> int | None:
 
 
 def _bench_arguments(parser) -> None:
-    parser.add_argument("--out-dir", default="benchmarks/results/serve")
+    parser.add_argument("--out-dir", default="benchmarks/results/serve", metavar="DIR",
+                        help="where the JSON and PNG go (default: benchmarks/results/serve)")
     parser.add_argument("--num-instances", type=_ints, default=(1, 2, 5, 10), help="e.g. 1,2,5,10")
     parser.add_argument("--concurrency", type=_ints, default=(1, 16, 64, 256), help="e.g. 1,16,64,256")
     parser.add_argument("--requests", type=int, default=3000, help="requests per concurrency level")
@@ -111,8 +122,10 @@ def _bench_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each server")
     parser.add_argument("--max-batch", type=_batch_or_auto, default=64,
                         help="every server's --max-batch, or auto: each server's default (N x 128 on a GPU)")
-    parser.add_argument("--max-wait-ms", type=float, default=5.0)
-    parser.add_argument("--backends", default="torch", help="torch,onnx")
+    parser.add_argument("--max-wait-ms", type=float, default=5.0,
+                        help="every server's --max-wait-ms: longest wait for a batch to fill (default: 5)")
+    parser.add_argument("--backends", default="torch",
+                        help="comma list of the servers' backends, from torch,onnx (default: torch)")
     parser.add_argument("--server-flags", type=shlex.split, default=[],
                         help='more `muxplm serve` flags for every server, e.g. "--device cuda --dtype bfloat16 '
                         '--compile reduce-overhead"')

@@ -1,25 +1,48 @@
 """Sub-commands ``data``, ``pretrain``, ``finetune``, ``convert``, ``evaluate`` and ``demo``.
 
-Hyper-parameters come from flags or a ``--config`` file (JSON, or YAML with pyyaml); a flag
-given on the command line overrides the file. Unset values take the recipe for the stage and
-model size (see :mod:`muxplm.training.config`).
+``pretrain``, ``finetune`` and ``convert`` each have a parser of their own, built from the fields
+of :class:`~muxplm.training.config.TrainConfig` that apply to the command (each field says which),
+grouped into sections as ``run_glue.py``'s Model / Data / Training arguments. Hyper-parameters
+come from flags or a ``--config`` file (JSON, or YAML with pyyaml); a flag given on the command line
+overrides the file. Unset values take the recipe for the stage and model size (see
+:mod:`muxplm.training.config`). Nothing here imports PyTorch or Transformers until a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+import types
+import typing
+from typing import Any
 
-from transformers import HfArgumentParser
+from ..choices import QUANTIZE_CHOICES, RUNTIMES
+from .config import (
+    CONVERT,
+    FIELD_NAMES,
+    FINETUNE,
+    HELP_SECTIONS,
+    PRETRAIN,
+    PRETRAIN_STAGES,
+    JSONObject,
+    TrainConfig,
+    build_config,
+    command_settings,
+    load_config_file,
+    refuse_foreign_settings,
+    setting_help,
+)
 
-from ..quantization import QUANTIZE_CHOICES
-from .config import PRETRAIN_STAGES, TrainConfig, build_config, load_config_file
-from .loop import TrainingDiverged
+
+def add_command(subparsers, name: str, help: str) -> None:
+    """The parser of command ``name`` (``muxplm.cli.COMMANDS`` lists which are this module's)."""
+    _BUILDERS[name](subparsers, name, help)
 
 
-def register(subparsers) -> None:
-    data = subparsers.add_parser("data", help="fetch the offline corpora and tasks")
+def _add_data(subparsers, name: str, help: str) -> None:
+    data = subparsers.add_parser(name, help=help, description="Fetch the offline corpora and tasks.")
     data_commands = data.add_subparsers(dest="data_command", metavar="ACTION")
     fetch = data_commands.add_parser(
         "fetch", help="download and unpack the data sources (idempotent)",
@@ -34,109 +57,234 @@ def register(subparsers) -> None:
             "    muxplm data fetch --only mpnet-base\n"
             "Nothing in the default pipeline needs it, and it is five times the size of\n"
             "all the data together; muxplm.data.mpnet_base_dir() gives its folder."))
-    fetch.add_argument("--cache-dir", help="where to keep them (default: $MUXPLM_CACHE or the user cache)")
+    fetch.add_argument("--cache-dir", metavar="DIR", help="where to keep them (default: $MUXPLM_CACHE or the user cache)")
     fetch.add_argument("--only", nargs="+", metavar="NAME",
                        help="fetch only these: data sources by name, or the model mpnet-base "
                             "(never fetched without being named)")
     fetch.set_defaults(func=_fetch)
     data.set_defaults(func=lambda args: (data.print_help(), 2)[1])
 
-    settings = _training_flags()
-    pretrain = subparsers.add_parser("pretrain", parents=[settings],
-                                     help="stage 1 (retrieval priming) or 2 (mlm / electra)")
-    pretrain.set_defaults(func=_train, default_stage=None)
 
-    finetune = subparsers.add_parser("finetune", parents=[settings], help="stage 3: fine-tune on a task")
-    finetune.set_defaults(func=_train, default_stage="finetune")
+# What each training command is for, and the settings it cannot run without (a --config file may
+# give them too).
+_USAGE = {
+    PRETRAIN: "%(prog)s --stage {retrieval,mlm,electra} (--preset SIZE | --init DIR | --init-encoder DIR) "
+              "--output-dir DIR [options]",
+    FINETUNE: "%(prog)s (--task NAME | --train-file FILE) (--init DIR | --init-encoder DIR | --preset SIZE) "
+              "--output-dir DIR [options]",
+    CONVERT: "%(prog)s PLAIN_MODEL_DIR --num-instances N --output-dir DIR [options]",
+}
+_DESCRIPTION = {
+    PRETRAIN: "Stage 1, retrieval priming (--stage retrieval), or stage 2, pre-training (--stage mlm, or electra "
+              "for MUX-ELECTRA), on the built-in corpus or your --train-file text.",
+    FINETUNE: "Stage 3: a task head on a MUX checkpoint (--init), on a plain encoder (--init-encoder, warm start) or "
+              "on a fresh --preset model.",
+    CONVERT: "A plain pretrained encoder multiplexed: its weights copied into a MUX model of N instances, primed "
+             "with the conversion recipe; the result fine-tunes with `muxplm finetune --init OUTPUT_DIR`.",
+}
+_EPILOG = ("Every setting can come from --config FILE too (JSON or YAML; a flag given wins over the file). "
+           "A setting left unset takes the recipe's value for the stage and model size.")
 
-    convert = subparsers.add_parser(
-        "convert", parents=[settings],
-        help="multiplex a plain pretrained encoder (BERT, ELECTRA, RoBERTa, DistilBERT, MPNet): warm start + priming",
-    )
-    convert.add_argument("plain_model_dir", help="a plain encoder checkpoint directory (its tokenizer beside it, "
-                                                 "unless it uses BERT's uncased vocabulary), or a MUX checkpoint "
-                                                 "to go on from at another --num-instances (a curriculum over N)")
-    convert.add_argument("--gpu", action="store_true",
-                         help="the GPU recipe: the measured recipe in bf16 (needs CUDA; flags still override it)")
-    convert.set_defaults(func=_convert)
 
-    evaluate = subparsers.add_parser("evaluate", help="score a fine-tuned checkpoint over composition seeds")
-    evaluate.add_argument("checkpoint", help="a directory written by `muxplm finetune`")
+def _add_training(subparsers, name: str, help: str) -> None:
+    parser = subparsers.add_parser(name, help=help, usage=_USAGE[name], description=_DESCRIPTION[name],
+                                   epilog=_EPILOG)
+    if name == CONVERT:
+        parser.add_argument("plain_model_dir", help="a plain encoder checkpoint folder (its tokenizer beside it, "
+                                                    "unless it uses BERT's uncased vocabulary), or a MUX checkpoint "
+                                                    "to go on from at another --num-instances (a curriculum over N)")
+        parser.add_argument("--gpu", action="store_true",
+                            help="the GPU recipe: the measured recipe in bf16 (needs CUDA; flags still override it)")
+    add_setting_arguments(parser, name)
+    parser.set_defaults(func=_convert if name == CONVERT else _train)
+
+
+def add_setting_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """``--config`` and one flag per :class:`TrainConfig` setting of ``command``, in the sections
+    of :data:`HELP_SECTIONS`: ``--max-steps`` shown, ``--max_steps`` accepted as well. A flag that
+    is not given stays out of the parsed namespace instead of taking the field's default, so that a
+    ``--config`` file's value stands under it and an unset value still means the recipe's. The
+    settings of the other training commands are refused by name."""
+    sections = {key: parser.add_argument_group(title) for key, title in HELP_SECTIONS.items()}
+    sections["run"].add_argument("--config", metavar="FILE", help="JSON or YAML file of settings (flags override it)")
+    own = {setting_field.name for setting_field in command_settings(command)}
+    types_of = typing.get_type_hints(TrainConfig)
+    for setting_field in dataclasses.fields(TrainConfig):
+        if setting_field.name in own:
+            _add_setting(sections[setting_field.metadata["group"]], setting_field, types_of[setting_field.name],
+                         command)
+        else:
+            parser.add_argument(*_spellings(setting_field, types_of[setting_field.name]), action=_ForeignSetting,
+                                owners=setting_field.metadata["commands"])
+
+
+def _add_setting(section, setting_field: dataclasses.Field, kind: Any, command: str) -> None:
+    name, metadata = setting_field.name, setting_field.metadata
+    kind, many = _value_type(kind)
+    help_text = setting_help(setting_field, command)
+    default = setting_field.default if setting_field.default is not dataclasses.MISSING else None
+    if default not in (None, False, True) and "default" not in help_text and "required" not in help_text:
+        help_text += f" (default: {default})"
+    options: dict[str, Any] = dict(dest=name, default=argparse.SUPPRESS, help=help_text)
+    if kind is bool:
+        # --resume alone means true; --resume false (or no, 0) is accepted as well
+        options.update(nargs="?", const=True, type=_boolean, metavar="BOOL")
+    else:
+        choices = metadata.get("flag_choices", metadata.get("choices"))
+        options.update(type=kind, choices=choices, nargs="+" if many else None,
+                       metavar=None if choices else metadata.get("metavar", _METAVARS.get(kind, "VALUE")))
+    kebab = name.replace("_", "-")
+    if kind is bool and default is True:
+        # On unless turned off: --no-progress is shown; --no_progress and --progress [BOOL] work too.
+        shown = section.add_argument(f"--no-{kebab}", dest=name, action="store_false", default=argparse.SUPPRESS,
+                                     help=help_text)
+        _add_hidden(section, shown, [f"--no_{name}"], dest=name, action="store_false", default=argparse.SUPPRESS)
+        _add_hidden(section, shown, [f"--{kebab}", f"--{name}"], **options)
+    else:
+        shown = section.add_argument(f"--{kebab}", **options)
+        _add_hidden(section, shown, [f"--{name}"], **options)  # the snake_case spelling works as well
+
+
+def _add_hidden(section, shown: argparse.Action, spellings: list[str], **options) -> None:
+    """Other spellings of the flag ``shown``: parsed alike, left out of the help."""
+    for spelling in dict.fromkeys(spellings):
+        if spelling not in shown.option_strings:
+            section.add_argument(spelling, **{**options, "help": argparse.SUPPRESS})
+
+
+_METAVARS = {int: "N", float: "X", str: "NAME", JSONObject: "JSON"}
+
+
+def _value_type(kind: Any) -> tuple[Any, bool]:
+    """The type of one value of a setting's annotation, and whether the flag takes several."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):  # X | None: an unset value is None
+        kind = next(arg for arg in typing.get_args(kind) if arg is not type(None))
+    if typing.get_origin(kind) is list:
+        return typing.get_args(kind)[0], True
+    return kind, False
+
+
+def _boolean(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "yes", "y", "1", "on"):
+        return True
+    if value in ("false", "no", "n", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _spellings(setting_field: dataclasses.Field, kind: Any) -> list[str]:
+    name = setting_field.name
+    spellings = [f"--{name.replace('_', '-')}", f"--{name}"]
+    if kind is bool and setting_field.default is True:
+        spellings += [f"--no-{name.replace('_', '-')}", f"--no_{name}"]
+    return list(dict.fromkeys(spellings))
+
+
+class _ForeignSetting(argparse.Action):
+    """A setting of the other training commands: hidden here, and an error naming the commands
+    that take it (rather than argparse's bare "unrecognized arguments")."""
+
+    def __init__(self, option_strings, dest, owners: tuple[str, ...], **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, nargs="*", default=argparse.SUPPRESS,
+                         help=argparse.SUPPRESS)
+        self.owners = owners
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        owners = " and ".join(f"`muxplm {owner}`" for owner in self.owners)
+        command = parser.prog.split()[-1]
+        parser.error(f"{option_string} is a setting of {owners}, not of `muxplm {command}`")
+
+
+def _add_evaluate(subparsers, name: str, help: str) -> None:
+    evaluate = subparsers.add_parser(name, help=help, description="Score a fine-tuned checkpoint on a task's "
+                                     "evaluation data over several composition seeds (which inputs share a pass).")
+    evaluate.add_argument("checkpoint", help="a folder written by `muxplm finetune`, or a hub name")
     evaluate.add_argument("--task", help="task name (as for finetune); or give --validation-file")
-    evaluate.add_argument("--validation-file", help="local evaluation data (CSV/JSONL or CoNLL)")
-    evaluate.add_argument("--task-kind", choices=("sentence", "token"))
-    evaluate.add_argument("--split", default="validation")
-    evaluate.add_argument("--seeds", type=int, default=5, help="number of composition seeds (default 5)")
+    evaluate.add_argument("--validation-file", metavar="FILE", help="local evaluation data (CSV/JSONL or CoNLL)")
+    evaluate.add_argument("--task-kind", choices=("sentence", "token"),
+                          help="kind of the --validation-file data (default: by file extension)")
+    evaluate.add_argument("--split", default="validation", help="the task's split to score (default: validation)")
+    evaluate.add_argument("--seeds", type=int, default=5, metavar="N", help="number of composition seeds (default 5)")
     evaluate.add_argument("--ensemble", action="store_true", help="also score ensembled predictions")
-    evaluate.add_argument("--batch-size", type=int, default=64)
-    evaluate.add_argument("--max-length", type=int)
-    evaluate.add_argument("--max-examples", type=int, help="score only a fixed subset of this many examples")
-    evaluate.add_argument("--cache-dir")
+    evaluate.add_argument("--batch-size", type=int, default=64, metavar="N",
+                          help="instances per forward batch (default: 64)")
+    evaluate.add_argument("--max-length", type=int, metavar="N",
+                          help="tokens per input (default: 128, or fewer where the model's positions end)")
+    evaluate.add_argument("--max-examples", type=int, metavar="N",
+                          help="score only a fixed subset of this many examples")
+    evaluate.add_argument("--cache-dir", metavar="DIR", help="data cache (default: $MUXPLM_CACHE or the user cache)")
     evaluate.add_argument("--device", help="cpu (default), cuda or cuda:K")
     evaluate.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
                           help="int8: score the int8 dynamically quantised model (CPU only)")
-    evaluate.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
+    evaluate.add_argument("--runtime", choices=RUNTIMES, default="torch",
                           help="onnx: score the exported graph in ONNX Runtime (CPU; with --quantize int8 "
                                "its ONNX Runtime int8 quantisation), grouped as PyTorch groups")
-    evaluate.add_argument("--output", help="results JSON (default: CHECKPOINT/eval_results.json)")
+    evaluate.add_argument("--output", metavar="FILE", help="results JSON (default: CHECKPOINT/eval_results.json)")
     evaluate.set_defaults(func=_evaluate)
 
-    demo = subparsers.add_parser("demo", help="all three stages on the tiny preset, N=1 vs N=2 vs N=5 (--quick: N=1 vs N=2), on CPU")
-    demo.add_argument("--quick", action="store_true", help="a one-minute version (what the tests run)")
-    demo.add_argument("--output-dir", default="runs/demo")
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--no-progress", action="store_true")
+
+def _add_demo(subparsers, name: str, help: str) -> None:
+    demo = subparsers.add_parser(name, help=help, description="All three training stages on the tiny preset at "
+                                 "N = 1, 2 and 5, then each model's accuracy, retention and speed-up.")
+    demo.add_argument("--quick", action="store_true", help="a one-minute version, N = 1 vs N = 2 (what the tests run)")
+    demo.add_argument("--output-dir", default="runs/demo", metavar="DIR",
+                      help="where the runs and demo_results.json go (default: runs/demo)")
+    demo.add_argument("--seed", type=int, default=0, metavar="N",
+                      help="seed of the data order, the masking and new weights (default: 0)")
+    demo.add_argument("--no-progress", action="store_true", help="no progress bars")
     demo.set_defaults(func=_demo)
 
 
-class _GivenFlags(HfArgumentParser):
-    """The flags of :class:`TrainConfig`, built by Transformers' HfArgumentParser from its fields
-    (types, choices, help). A flag that is not given stays out of the parsed namespace instead of
-    taking the field's default, so that a ``--config`` file's value stands under it and an unset
-    value still means the recipe's."""
-
-    def add_argument(self, *args, **kwargs):
-        return super().add_argument(*args, **{**kwargs, "default": argparse.SUPPRESS})
+_BUILDERS = {"data": _add_data, PRETRAIN: _add_training, FINETUNE: _add_training, CONVERT: _add_training,
+             "evaluate": _add_evaluate, "demo": _add_demo}
 
 
-def _training_flags() -> argparse.ArgumentParser:
-    """A parent parser for the sub-commands that train: ``--config`` and one flag per setting
-    (``--max-steps`` and ``--max_steps`` alike)."""
-    parser = _GivenFlags(TrainConfig, add_help=False)
-    parser.add_argument("--config", help="JSON or YAML file of settings (flags override it)")
-    return parser
-
-
-_NOT_SETTINGS = {"command", "func", "config", "default_stage", "data_command", "plain_model_dir", "gpu"}
-
-
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
     """The :class:`TrainConfig` of a ``pretrain`` / ``finetune`` invocation."""
-    file_settings = load_config_file(args.config) if getattr(args, "config", None) else {}
-    flags = {key: value for key, value in vars(args).items() if key not in _NOT_SETTINGS}
-    if args.default_stage:
-        stage = flags.get("stage") or file_settings.get("stage", "finetune")
-        if stage != "finetune":
-            raise ValueError(f"stage {stage!r} is a pre-training stage; use `muxplm pretrain --stage {stage}`")
+    file_settings = _file_settings(args)
+    flags = _given_settings(args)
+    if args.command == FINETUNE:
         flags["stage"] = "finetune"
     else:
         stage = flags.get("stage") or file_settings.get("stage")
         if stage not in PRETRAIN_STAGES:
             raise ValueError(f"give --stage {'|'.join(PRETRAIN_STAGES)} (got {stage!r})")
-        _refuse_fine_tuning_settings(flags)
         flags["stage"] = stage
     if not (flags.get("output_dir") or file_settings.get("output_dir")):
         raise ValueError("give --output-dir (where the checkpoints and final model go)")
     return build_config(file_settings, **flags)
 
 
-def _refuse_fine_tuning_settings(flags: dict) -> None:
-    for name in ("task", "task_kind"):
-        if name in flags:
-            raise ValueError(f"--{name.replace('_', '-')} is a fine-tuning setting (`muxplm finetune`)")
+def _given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as flags (a flag left out is not in the namespace)."""
+    return {key: value for key, value in vars(args).items() if key in FIELD_NAMES}
+
+
+# The one stage that finetune and convert run: a --config file may name it, and no other.
+_OWN_STAGE = {FINETUNE: "finetune", CONVERT: "retrieval"}
+
+
+def _file_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings of the ``--config`` file, each one a setting of this command (else a
+    ``ValueError`` that names it)."""
+    if not getattr(args, "config", None):
+        return {}
+    settings = load_config_file(args.config)
+    own_stage = _OWN_STAGE.get(args.command)
+    if own_stage is not None and "stage" in settings:
+        stage = settings.pop("stage")
+        if stage != own_stage and args.command == FINETUNE:
+            raise ValueError(f"{args.config}: stage {stage!r} is a pre-training stage; use `muxplm pretrain "
+                             f"--stage {stage}`")
+        if stage != own_stage:
+            raise ValueError(f"{args.config}: convert runs the retrieval stage, not {stage!r}")
+    refuse_foreign_settings(settings, args.command, args.config)
+    return settings
 
 
 def _train(args) -> int:
+    from .loop import TrainingDiverged
     from .stages import run_stage
 
     config = config_from_args(args)
@@ -163,14 +311,13 @@ def _convert(args) -> int:
     from .convert import conversion_config
     from .stages import run_stage
 
-    flags = {key: value for key, value in vars(args).items() if key not in _NOT_SETTINGS}
-    _refuse_fine_tuning_settings(flags)
-    if not flags.get("output_dir"):
+    file_settings = _file_settings(args)
+    flags = _given_settings(args)
+    output_dir = flags.pop("output_dir", None) or file_settings.pop("output_dir", None)
+    if not output_dir:
         raise ValueError("give --output-dir (where the converted model goes)")
-    file_settings = load_config_file(args.config) if getattr(args, "config", None) else {}
     instances = flags.pop("num_instances", None) or file_settings.pop("num_instances", None)
-    config = conversion_config(args.plain_model_dir, instances, flags.pop("output_dir"), file_settings,
-                               gpu=getattr(args, "gpu", False), **flags)
+    config = conversion_config(args.plain_model_dir, instances, output_dir, file_settings, gpu=args.gpu, **flags)
     _report(run_stage(config),
             f"converted N={config.num_instances} model saved to {config.output_dir}; fine-tune it with "
             f"`muxplm finetune --init {config.output_dir} --task ... --lr 2e-4 --encoder-lr 1e-4` (the measured "

@@ -13,14 +13,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..configuration import DEMUX_TYPES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
-from ..families import FAMILIES as ENCODER_FAMILIES
+from ..choices import DEMUX_TYPES, FAMILY_NAMES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
 from .recipes import PAPER_RECIPE, TINY_RECIPE, TRAINING_RECIPES, for_instances
 
 STAGES = ("retrieval", "mlm", "electra", "finetune")
 PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
-FAMILIES = tuple(ENCODER_FAMILIES)
+FAMILIES = FAMILY_NAMES
 MIXED_PRECISION = ("no", "bf16", "fp16", "auto")
+
+# The commands that train, each with its own parser built from the fields below: a field is a
+# flag (and a --config key) of the commands it applies to, and of no other.
+PRETRAIN, FINETUNE, CONVERT = "pretrain", "finetune", "convert"
+TRAINING_COMMANDS = (PRETRAIN, FINETUNE, CONVERT)
+PRIMING = (PRETRAIN, CONVERT)  # the commands that pre-train (convert runs retrieval priming)
+CHOSEN_MODEL = (PRETRAIN, FINETUNE)  # the commands that start from the model the user names (convert: its own)
+
+# The sections of a training command's --help, in this order (as run_glue.py's Model / Data /
+# Training arguments).
+HELP_SECTIONS = {
+    "run": "run arguments",
+    "model": "model arguments",
+    "multiplexing": "multiplexing arguments",
+    "data": "data arguments",
+    "objective": "objective arguments",
+    "training": "training arguments",
+    "logging": "evaluation, checkpoint and logging arguments",
+}
 
 
 class JSONObject(dict):
@@ -34,10 +52,15 @@ class JSONObject(dict):
         super().__init__(value, **kwargs)
 
 
-def setting(default: Any = None, help: str | None = None, **flag: Any) -> Any:
-    """A :class:`TrainConfig` field with its command-line help and argparse options
-    (HfArgumentParser reads them from the field's metadata)."""
-    metadata = {"help": help, **flag}
+def setting(default: Any = None, help: str | dict[str, str] | None = None, *, group: str,
+            commands: tuple[str, ...] = TRAINING_COMMANDS, **flag: Any) -> Any:
+    """A :class:`TrainConfig` field and its flag: the ``commands`` it applies to, its ``group``
+    (a key of :data:`HELP_SECTIONS`), its help (one text, or one per command) and argparse
+    options such as ``choices`` and ``metavar`` (``muxplm.training.cli`` builds the flags)."""
+    if group not in HELP_SECTIONS or not set(commands) <= set(TRAINING_COMMANDS):
+        raise ValueError(f"a setting's group is one of {', '.join(HELP_SECTIONS)} and its commands among "
+                         f"{', '.join(TRAINING_COMMANDS)}; got {group!r} and {commands!r}")
+    metadata = {"help": help, "group": group, "commands": commands, **flag}
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -49,111 +72,158 @@ class TrainConfig:
     ``max_steps``; the flags are built from these fields) and the keys of a ``--config`` file.
     ``None`` means the recipe's value for the stage and model size (:func:`resolve`)."""
 
-    stage: str = setting("finetune", "pretrain: retrieval, mlm (every family but ELECTRA) or electra (MUX-ELECTRA)",
-                         choices=STAGES)
-    output_dir: str = setting("runs/muxplm", "where checkpoints, logs and the final model go")
+    stage: str = setting("finetune", "the pre-training stage: retrieval (priming), mlm (every family but ELECTRA) "
+                                     "or electra (MUX-ELECTRA)",
+                         group="run", commands=(PRETRAIN,), choices=STAGES, flag_choices=PRETRAIN_STAGES)
+    output_dir: str = setting("runs/muxplm", "where checkpoints, logs and the final model go (required)", group="run",
+                              metavar="DIR")
     recipe: str | None = setting(help="a named recipe: paper (the paper's fine-tuning: lr 5e-5, 32 groups a step, "
                                       "128 tokens, steps by GLUE task; the default for its released checkpoints)",
-                                 choices=tuple(TRAINING_RECIPES))
+                                 group="run", commands=(FINETUNE,), choices=tuple(TRAINING_RECIPES))
     # model: a size preset (fresh weights), a MUX checkpoint, or a plain encoder
-    preset: str | None = setting(help="fresh model of this size", choices=tuple(SIZE_PRESETS))
-    init: str | None = setting(help="start from this MUX checkpoint directory")
-    init_encoder: str | None = setting(help="warm-start from a plain encoder directory (BERT, ELECTRA, RoBERTa / "
-                                            "XLM-R / CamemBERT, DistilBERT or MPNet; its model_type decides)")
-    keep_layers: int | None = setting(help="with --init-encoder, --init or convert: keep only the encoder's first k "
-                                           "layers (a cut encoder: fewer layers, faster, and stackable with N)")
-    family: str | None = setting(help=f"encoder family of a fresh --preset model: {', '.join(FAMILIES)} (default: "
-                                      f"from --init / --init-encoder, else electra for --stage electra, else bert)",
-                                 choices=FAMILIES)
-    num_instances: int | None = setting(help="N, inputs per forward pass (1 = plain baseline)")
+    preset: str | None = setting(help="a fresh model of this size", group="model", commands=CHOSEN_MODEL,
+                                 choices=tuple(SIZE_PRESETS))
+    init: str | None = setting(help="start from this MUX checkpoint (a folder, or a hub name)", group="model",
+                               commands=CHOSEN_MODEL, metavar="DIR")
+    init_encoder: str | None = setting(help="warm-start from a plain encoder folder (BERT, ELECTRA, RoBERTa / "
+                                            "XLM-R / CamemBERT, DistilBERT or MPNet; its model_type decides)",
+                                       group="model", commands=CHOSEN_MODEL, metavar="DIR")
+    keep_layers: int | None = setting(
+        help={PRETRAIN: "with --init-encoder or --init: keep only the encoder's first k layers (a cut encoder: "
+                        "fewer layers, faster, and stackable with N)",
+              FINETUNE: "with --init-encoder or --init: keep only the encoder's first k layers (a cut encoder: "
+                        "fewer layers, faster, and stackable with N)",
+              CONVERT: "keep only the plain encoder's first k layers (a cut encoder: fewer layers, faster, and "
+                       "stackable with N)"},
+        group="model", metavar="K")
+    family: str | None = setting(help="encoder family of a fresh --preset model (default: from --init / "
+                                      "--init-encoder, else electra for --stage electra, else bert)",
+                                 group="model", commands=CHOSEN_MODEL, choices=FAMILIES)
+    num_instances: int | None = setting(
+        help={PRETRAIN: "N, inputs per forward pass (1 = plain baseline; default: the --init checkpoint's, else 2)",
+              FINETUNE: "N, inputs per forward pass (1 = plain baseline; default: the --init checkpoint's, else 2)",
+              CONVERT: "N >= 2, inputs per forward pass (required)"}, group="multiplexing")
     # No fixed choices: any registered variant is accepted (the model config checks the registries).
-    mux_type: str | None = setting(help=f"multiplexer ({', '.join(MUX_TYPES)}, or a registered one)")
-    demux_type: str | None = setting(help=f"demultiplexer ({', '.join(DEMUX_TYPES)}, or a registered one)")
-    retrieval_loss_weight: float | None = setting(help="auxiliary retrieval loss weight r")
+    mux_type: str | None = setting(help=f"multiplexer ({', '.join(MUX_TYPES)}, or a registered one)",
+                                   group="multiplexing")
+    demux_type: str | None = setting(help=f"demultiplexer ({', '.join(DEMUX_TYPES)}, or a registered one)",
+                                     group="multiplexing")
+    retrieval_loss_weight: float | None = setting(
+        help="--stage mlm / electra: weight r of the auxiliary retrieval loss, (1 - r) x task + r x retrieval "
+             "(tiny recipe: 0.2 for N > 1)", group="objective", commands=(PRETRAIN,))
     retrieval_softmax: str | None = setting(
         help="retrieval loss over the vocabulary or over the batch's tokens (cheaper; training only)",
-        choices=RETRIEVAL_SOFTMAX)
+        group="objective", commands=PRIMING, choices=RETRIEVAL_SOFTMAX)
     sentence_pooling: str | None = setting(
         help="sentence heads read the first position or each instance's mean over its tokens",
-        choices=SENTENCE_POOLING)
+        group="model", commands=(FINETUNE,), choices=SENTENCE_POOLING)
     num_unmuxed_layers: int | None = setting(
-        help="partial multiplexing: leading encoder layers run on each instance before the mixture")
+        help="partial multiplexing: leading encoder layers run on each instance before the mixture",
+        group="multiplexing")
     start_unmuxed_layers: int | None = setting(
         help="progressive multiplexing: start with this many unmuxed layers (a --init checkpoint's own count) and "
-             "move the mixture down one layer at a time over the first 3/4 of the steps to --num-unmuxed-layers")
+             "move the mixture down one layer at a time over the first 3/4 of the steps to --num-unmuxed-layers",
+        group="multiplexing")
     regroup_instances: bool = setting(
         False, "with --init and another --num-instances than the checkpoint's (a curriculum over N): keep its "
-               "encoder and start only the per-instance keys of its multiplexer and demultiplexer afresh")
-    mux_key_norm: float | None = setting(help="L2 norm of the multiplexing keys (new MUX models)")
-    dropout: float | None = setting(help="hidden and attention dropout")
-    model_overrides: JSONObject = setting(JSONObject(), 'JSON model config overrides, e.g. \'{"num_hidden_layers": 2}\'')
-    tokenizer: str | None = setting(help="tokenizer directory (default: the checkpoint's, else MiniLM's vocab)")
-    teacher: str | None = setting(help="distil from this plain (N = 1) model: a fine-tuned classifier when "
-                                  "fine-tuning (soft labels), a plain encoder when priming (its per-instance states)")
-    distill_temperature: float = setting(2.0, "softmax temperature of the soft labels")
-    distill_weight: float = setting(0.5, "weight w of the distillation term")
-    distill_pooling: str = setting("tokens", "priming with a teacher: match every token's states ('tokens') or each "
+               "encoder and start only the per-instance keys of its multiplexer and demultiplexer afresh",
+        group="multiplexing", commands=CHOSEN_MODEL)
+    mux_key_norm: float | None = setting(help="L2 norm of the multiplexing keys (new MUX models)",
+                                         group="multiplexing")
+    dropout: float | None = setting(help="hidden and attention dropout", group="model")
+    model_overrides: JSONObject = setting(JSONObject(), 'JSON model config overrides, e.g. \'{"num_hidden_layers": 2}\'',
+                                          group="model", metavar="JSON")
+    tokenizer: str | None = setting(help="tokenizer folder (default: the checkpoint's, else MiniLM's vocabulary)",
+                                    group="model", metavar="DIR")
+    teacher: str | None = setting(
+        help={FINETUNE: "distil from this fine-tuned plain (N = 1) classifier (its soft labels)",
+              PRETRAIN: "--stage retrieval: distil from this plain (N = 1) encoder (its per-instance states)",
+              CONVERT: "distil from this plain (N = 1) encoder (its per-instance states)"},
+        group="objective", metavar="DIR")
+    distill_temperature: float = setting(2.0, "softmax temperature of the teacher's soft labels", group="objective",
+                                         commands=(FINETUNE,))
+    distill_weight: float = setting(0.5, "weight w of the distillation term", group="objective")
+    distill_pooling: str = setting("tokens", "with a teacher: match every token's states ('tokens') or each "
                                              "instance's mean over its tokens ('mean', the sentence vector)",
-                                   choices=("tokens", "mean"))
+                                   group="objective", commands=PRIMING, choices=("tokens", "mean"))
     consistency_weight: float | None = setting(
-        help="fine-tuning: encode every batch in two compositions and add this weight x the disagreement of "
-             "their predictions (steadier predictions whatever the companions; tiny recipe: 4 for N > 1; 0 = off)")
+        help="encode every batch in two compositions and add this weight x the disagreement of their "
+             "predictions (steadier predictions whatever the companions; tiny recipe: 4 for N > 1; 0 = off)",
+        group="objective", commands=(FINETUNE,))
     # data
-    task: str | None = setting(help="finetune: built-in (sentiment, trec, pos, ner), hub (glue/sst2, conll2003, "
-                                    "ud/en_ewt), or a name for --train-file data")
+    task: str | None = setting(help="built-in (sentiment, trec, pos, ner), hub (glue/sst2, conll2003, ud/en_ewt), "
+                                    "or a name for --train-file data", group="data", commands=(FINETUNE,))
     task_kind: str | None = setting(help="kind of local --train-file data (default: by file extension)",
-                                    choices=("sentence", "token"))
-    train_file: list[str] = setting([], "pre-training text files, or a task's CSV/JSONL/CoNLL file")
-    validation_file: str | None = setting(help="a task's evaluation data (CSV/JSONL/CoNLL)")
-    cache_dir: str | None = setting(help="data cache (default: $MUXPLM_CACHE or the user cache)")
-    max_train_examples: int | None = setting(help="use at most this many training examples")
-    max_eval_examples: int | None = setting(help="evaluate on a fixed subset of this many examples")
-    corpus_max_words: int | None = setting(help="cap on the built-in pre-training corpus")
-    corpus_sources: list[str] | None = setting(help="parts of the built-in corpus to use (default: all)")
-    mlm_probability: float = setting(0.15, "share of each instance's tokens masked (mlm) or replaced (electra)")
+                                    group="data", commands=(FINETUNE,), choices=("sentence", "token"))
+    train_file: list[str] = setting(
+        [], {FINETUNE: "the task's training data: a CSV/JSONL/CoNLL file",
+             PRETRAIN: "pre-training text: .txt files, or .jsonl / .parquet with a text column; several, or globs "
+                       "(default: the built-in corpus)",
+             CONVERT: "priming text: .txt files, or .jsonl / .parquet with a text column; several, or globs "
+                      "(default: the built-in corpus)"},
+        group="data", metavar="FILE")
+    validation_file: str | None = setting(help="the task's evaluation data (CSV/JSONL/CoNLL)", group="data",
+                                          commands=(FINETUNE,), metavar="FILE")
+    cache_dir: str | None = setting(help="data cache (default: $MUXPLM_CACHE or the user cache)", group="data",
+                                    metavar="DIR")
+    max_train_examples: int | None = setting(help="use at most this many training examples", group="data",
+                                             commands=(FINETUNE,))
+    max_eval_examples: int | None = setting(help="evaluate on a fixed subset of this many examples", group="data",
+                                            commands=(FINETUNE,))
+    corpus_max_words: int | None = setting(help="cap on the built-in pre-training corpus", group="data",
+                                           commands=PRIMING)
+    corpus_sources: list[str] | None = setting(help="parts of the built-in corpus to use (default: all)",
+                                               group="data", commands=PRIMING, metavar="NAME")
+    mlm_probability: float = setting(0.15, "--stage mlm: share of each instance's tokens masked (electra replaces "
+                                           "its model config's replace_probability)",
+                                     group="objective", commands=(PRETRAIN,))
     # optimisation
-    lr: float | None = setting(help="peak learning rate (fresh modules and heads)")
+    lr: float | None = setting(help="peak learning rate (fresh modules and heads)", group="training")
     encoder_lr: float | None = setting(help="learning rate of a warm-started encoder's embeddings and layers "
-                                            "(default: --lr)")
-    batch_size: int | None = setting(help="per process, in instances")
+                                            "(default: --lr)", group="training")
+    batch_size: int | None = setting(help="per process, in instances", group="training")
     batch_groups: int | None = setting(help="per process, in multiplexed groups (batch = groups x N; used when "
-                                            "--batch-size is unset)")
-    eval_batch_size: int | None = setting(help="evaluation batch size, in instances")
-    gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step")
-    max_steps: int | None = setting(help="optimizer steps (instead of --num-epochs)")
-    num_epochs: float | None = setting(help="passes over the training data")
-    min_steps: int | None = setting(help="with --num-epochs: train at least this many steps (small data: more epochs)")
-    warmup_ratio: float | None = setting(help="share of the steps over which the learning rate rises")
-    warmup_steps: int | None = setting(help="warm-up as a step count (instead of --warmup-ratio)")
-    weight_decay: float | None = setting(help="AdamW weight decay")
-    adam_eps: float | None = setting(help="AdamW epsilon (default 1e-6; the paper recipe's 1e-8)")
-    max_grad_norm: float = setting(1.0, "gradient clipping norm")
+                                            "--batch-size is unset)", group="training")
+    eval_batch_size: int | None = setting(help="evaluation batch size, in instances", group="training")
+    gradient_accumulation_steps: int = setting(1, "micro-batches per optimizer step", group="training")
+    max_steps: int | None = setting(help="optimizer steps (instead of --num-epochs)", group="training")
+    num_epochs: float | None = setting(help="passes over the training data", group="training")
+    min_steps: int | None = setting(help="with --num-epochs: train at least this many steps (small data: more epochs)",
+                                    group="training")
+    warmup_ratio: float | None = setting(help="share of the steps over which the learning rate rises",
+                                         group="training")
+    warmup_steps: int | None = setting(help="warm-up as a step count (instead of --warmup-ratio)", group="training")
+    weight_decay: float | None = setting(help="AdamW weight decay", group="training")
+    adam_eps: float | None = setting(help="AdamW epsilon (default 1e-6; the paper recipe's 1e-8)", group="training")
+    max_grad_norm: float = setting(1.0, "gradient clipping norm", group="training")
     group_by_length: bool | None = setting(
         help="batches of similar lengths: less padding, a cheaper step (sorted within pools of 50 batches, "
-             "then shuffled; default: off)", nargs="?", const=True)
-    max_length: int | None = setting(help="sequence length in tokens")
-    seed: int = setting(42, "seed of the data order, the masking and new weights")
+             "then shuffled; default: off)", group="training", commands=(FINETUNE,))
+    max_length: int | None = setting(help="sequence length in tokens", group="data")
+    seed: int = setting(42, "seed of the data order, the masking and new weights", group="training")
     mixed_precision: str = setting("no", "bf16 on CPU or GPU, fp16 on GPU (auto: bf16 where supported)",
-                                   choices=MIXED_PRECISION)
+                                   group="training", choices=MIXED_PRECISION)
     dataloader_workers: int | None = setting(
-        help="processes that collate batches ahead of the step (default: 2 on a GPU, 0 on a CPU)")
+        help="processes that collate batches ahead of the step (default: 2 on a GPU, 0 on a CPU)", group="training")
     # bookkeeping
-    eval_steps: int | None = setting(help="evaluate every this many steps")
-    save_steps: int | None = setting(help="checkpoint every this many steps")
-    logging_steps: int | None = setting(help="log the training loss every this many steps")
+    eval_steps: int | None = setting(help="evaluate every this many steps", group="logging")
+    save_steps: int | None = setting(help="checkpoint every this many steps", group="logging")
+    logging_steps: int | None = setting(help="log the training loss every this many steps", group="logging")
     save_total_limit: int | None = setting(2, "keep this many newest checkpoints (the best-scoring one is kept "
-                                              "as well)")
+                                              "as well)", group="logging")
     load_best_at_end: bool | None = setting(help="end with the weights of the checkpoint that scored best on the "
                                                  "evaluation set (default: off; on in the paper recipe)",
-                                            nargs="?", const=True)
+                                            group="logging")
     early_stopping_patience: int | None = setting(
         help="stop when this many evaluations in a row have not improved on the best score, and end with "
-             "the best checkpoint's weights (implies --load-best-at-end; default: train every step)")
-    resume: bool = setting(False, "continue from the latest checkpoint")
+             "the best checkpoint's weights (implies --load-best-at-end; default: train every step)", group="logging")
+    resume: bool = setting(False, "continue from the latest checkpoint in --output-dir", group="run")
     report_to: list[str] | None = setting(
         help="experiment trackers that also get the training curves: tensorboard, wandb, mlflow, ... (any "
-             "Accelerate tracker), all (every installed one) or none (default: tensorboard when installed)")
-    progress: bool = setting(True, "show a progress bar (--no-progress: none)")
+             "Accelerate tracker), all (every installed one) or none (default: tensorboard when installed)",
+        group="logging", metavar="TRACKER")
+    progress: bool = setting(True, "no progress bar (by default one that redraws in a terminal and prints a line "
+                                   "every few percent into a file)", group="logging")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -161,6 +231,27 @@ class TrainConfig:
 
 FIELD_NAMES = {f.name for f in dataclasses.fields(TrainConfig)}
 LIST_FIELDS = {f.name for f in dataclasses.fields(TrainConfig) if str(f.type).startswith("list")}
+
+
+def command_settings(command: str) -> list[dataclasses.Field]:
+    """The fields of :class:`TrainConfig` that ``command`` takes (as flags and --config keys)."""
+    return [f for f in dataclasses.fields(TrainConfig) if command in f.metadata["commands"]]
+
+
+def setting_help(setting_field: dataclasses.Field, command: str) -> str:
+    """The help of a setting's flag in ``command``."""
+    text = setting_field.metadata["help"]
+    return text[command] if isinstance(text, dict) else text
+
+
+def refuse_foreign_settings(settings: dict[str, Any], command: str, source: str) -> None:
+    """A ``ValueError`` for the first of ``settings`` that ``command`` does not take, naming it,
+    where it came from (``source``) and the commands it belongs to."""
+    commands = {f.name: f.metadata["commands"] for f in dataclasses.fields(TrainConfig)}
+    for name in settings:
+        if name in commands and command not in commands[name]:
+            owners = " and ".join(f"`muxplm {owner}`" for owner in commands[name])
+            raise ValueError(f"{source}: {name} is a setting of {owners}, not of `muxplm {command}`")
 
 def recipe_for(stage: str, size: str | None, name: str | None = None, task: str | None = None) -> dict[str, Any]:
     """The settings a run takes from its recipe: the named one (``--recipe``), else the one of
