@@ -186,6 +186,15 @@ def test_a_config_file_takes_every_setting_of_its_command_and_refuses_the_others
         argv = [command, *(["plain"] if command == "convert" else []), "--config", file]
         with pytest.raises(ValueError, match=re.escape(f"{file}: {message}")):
             _file_settings(build_parser(argv).parse_args(argv))
+    # A run's own record of its settings (every one, the other commands' included) runs it again.
+    record = TrainConfig(stage="finetune", task="trec", output_dir="x", corpus_sources=["moby_dick"]).to_dict()
+    for name in ("run.json", "train_config.json"):
+        (tmp_path / name).write_text(json.dumps(record))
+    argv = ["finetune", "--config", str(tmp_path / "train_config.json")]
+    assert config_from_args(build_parser(argv).parse_args(argv)).corpus_sources is None
+    argv = ["finetune", "--config", str(tmp_path / "run.json")]
+    with pytest.raises(ValueError, match=r"run.json: \w+ is a setting of `muxplm pretrain`"):
+        config_from_args(build_parser(argv).parse_args(argv))
     file = _write(tmp_path / "own.json", json.dumps({"stage": "finetune", "task": "trec", "output_dir": "x"}))
     config = config_from_args(build_parser(["finetune"]).parse_args(["finetune", "--config", file]))
     assert (config.stage, config.task, config.output_dir) == ("finetune", "trec", "x")

@@ -16,6 +16,7 @@ import json
 import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 from ..choices import QUANTIZE_CHOICES, RUNTIMES
@@ -263,11 +264,15 @@ def _given_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 # The one stage that finetune and convert run: a --config file may name it, and no other.
 _OWN_STAGE = {FINETUNE: "finetune", CONVERT: "retrieval"}
+# What a run saves beside its model: every setting, those of the other commands included. Given
+# as --config, it runs that training again (benchmarks/run_stable_finetune_again.sh), so there the
+# settings this command does not take are left out rather than refused.
+RUN_SETTINGS_FILE = "train_config.json"
 
 
 def _file_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings of the ``--config`` file, each one a setting of this command (else a
-    ``ValueError`` that names it)."""
+    ``ValueError`` that names it), but for a run's own :data:`RUN_SETTINGS_FILE`."""
     if not getattr(args, "config", None):
         return {}
     settings = load_config_file(args.config)
@@ -279,6 +284,9 @@ def _file_settings(args: argparse.Namespace) -> dict[str, Any]:
                              f"--stage {stage}`")
         if stage != own_stage:
             raise ValueError(f"{args.config}: convert runs the retrieval stage, not {stage!r}")
+    if Path(args.config).name == RUN_SETTINGS_FILE:
+        own = {setting_field.name for setting_field in command_settings(args.command)}
+        settings = {name: value for name, value in settings.items() if name in own}
     refuse_foreign_settings(settings, args.command, args.config)
     return settings
 
@@ -335,8 +343,6 @@ def _fetch(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from pathlib import Path
-
     from rich.console import Console
 
     from .evaluate import evaluate_checkpoint, results_table
