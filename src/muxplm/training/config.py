@@ -162,6 +162,13 @@ class TrainConfig:
              CONVERT: "priming text: .txt files, or .jsonl / .parquet with a text column; several, or globs "
                       "(default: the built-in corpus)"},
         group="data", metavar="FILE")
+    dataset: list[str] = setting(
+        [], "hub datasets of pre-training text, by name (NAME or NAME:CONFIG; their train split, a text column), "
+            "with or instead of --train-file; several are read one after the other, e.g. --dataset "
+            "wikimedia/wikipedia:20231101.en bookcorpus", group="data", commands=PRIMING, metavar="NAME")
+    preprocessing_num_workers: int | None = setting(
+        help="processes that read and tokenize the pre-training text, once per corpus (default: every core)",
+        group="data", commands=PRIMING)
     validation_file: str | None = setting(help="the task's evaluation data (CSV/JSONL/CoNLL)", group="data",
                                           commands=(FINETUNE,), metavar="FILE")
     cache_dir: str | None = setting(help="data cache (default: $MUXPLM_CACHE or the user cache)", group="data",
@@ -328,7 +335,8 @@ def validate(config: TrainConfig) -> None:
                          f"{config.num_unmuxed_layers} and {config.start_unmuxed_layers})")
     if config.stage == "finetune" and not (config.task or config.train_file):
         raise ValueError("fine-tuning needs --task NAME or --train-file FILE")
-    positive = ("lr", "batch_size", "batch_groups", "eval_batch_size", "max_length", "gradient_accumulation_steps")
+    positive = ("lr", "batch_size", "batch_groups", "eval_batch_size", "max_length", "gradient_accumulation_steps",
+                "preprocessing_num_workers")
     for name in positive:
         value = getattr(config, name)
         if value is not None and value <= 0:

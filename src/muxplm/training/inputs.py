@@ -91,12 +91,12 @@ def load_task_features(
 
 
 def pretraining_blocks(config: TrainConfig, tokenizer):
-    """The pre-training blocks (and a held-out slice) of ``--train-file`` or the built-in corpus:
+    """The pre-training blocks (and a held-out slice) of ``--train-file`` / ``--dataset`` or the built-in corpus:
     files of any size are read, tokenized and packed once into ``datasets``' on-disk cache
     (:func:`muxplm.data.load_corpus`) and memory-mapped from there by every later run."""
-    workers = preparation_processes()
-    if config.train_file:
-        texts = load_corpus(config.train_file, cache_dir=config.cache_dir, num_proc=workers)
+    workers = config.preprocessing_num_workers or preparation_processes()
+    if config.train_file or config.dataset:
+        texts = load_corpus(config.train_file, config.dataset, cache_dir=config.cache_dir, num_proc=workers)
     else:
         texts = load_pretraining_corpus(cache_dir=config.cache_dir, max_words=config.corpus_max_words,
                                         sources=config.corpus_sources)
