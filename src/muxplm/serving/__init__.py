@@ -7,6 +7,8 @@ other names are imported on first use too, so that the command line's parsers (:
 import no PyTorch.
 """
 
+from ..lazy import lazy_exports
+
 _LAZY = {
     **dict.fromkeys(("BatcherClosedError", "BatchStats", "DynamicBatcher", "QueueFullError"), "batcher"),
     **dict.fromkeys(("Encoded", "InputTooLongError", "Predictor"), "predictor"),
@@ -19,12 +21,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = sorted(_LAZY)
