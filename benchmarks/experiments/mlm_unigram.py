@@ -74,10 +74,10 @@ def saved_stage(folder: Path) -> tuple[dict, int, dict | None]:
     if (folder / "train_config.json").exists():
         trained = json.loads((folder / "train_results.json").read_text())
         return json.loads((folder / "train_config.json").read_text()), trained["final_step"], trained["eval"]
-    from muxplm.training.checkpoint import STATE_FILE, read_state
+    from muxplm.training.checkpoint import STATE_FILE, run_record
 
     if (folder / STATE_FILE).exists():
-        state = read_state(folder)
+        state = run_record(folder)
         return state["config"], state["step"], None
     raise SystemExit(f"mlm_unigram.py: {folder} has neither a train_config.json (a stage) nor a "
                      f"trainer_state.json (a checkpoint)")

@@ -373,8 +373,8 @@ def test_a_stopped_stage_continues_from_its_checkpoint_only_with_its_settings_an
     from muxplm import provenance
     from muxplm.bench import reproduce
     from muxplm.training import TrainConfig
-    from muxplm.training.checkpoint import read_state
-    from muxplm.training.loop import _Loop
+    from muxplm.training.checkpoint import run_record
+    from muxplm.training.trainer import MuxTrainer
 
     settings = dict(stage="mlm", preset="tiny", max_length=32, batch_size=8, corpus_sources=["moby_dick"],
                     corpus_max_words=6000, logging_steps=1, progress=False, max_steps=6, save_steps=2,
@@ -382,24 +382,23 @@ def test_a_stopped_stage_continues_from_its_checkpoint_only_with_its_settings_an
                                                          "num_attention_heads": 2, "intermediate_size": 128})
     whole = tmp_path / "whole"
     reproduce._run(TrainConfig(output_dir=str(whole), **settings))
-    save = _Loop.save
+    save = MuxTrainer._save_checkpoint
 
-    def stop_at_step_4(self):
-        path = save(self)
-        if self.step == 4:
+    def stop_at_step_4(self, model, trial):
+        save(self, model, trial)
+        if self.state.global_step == 4:
             raise KeyboardInterrupt
-        return path
 
     def stopped(name, **changed):
         with monkeypatch.context() as patch:
-            patch.setattr(_Loop, "save", stop_at_step_4)
+            patch.setattr(MuxTrainer, "_save_checkpoint", stop_at_step_4)
             with pytest.raises(KeyboardInterrupt):
                 reproduce._run(TrainConfig(output_dir=str(tmp_path / name), **settings, **changed))
         assert (tmp_path / f".{name}.training" / "checkpoint-4").is_dir() and not (tmp_path / name).exists()
         return tmp_path / name
 
     stage = stopped("stage")
-    before_stop = read_state(tmp_path / ".stage.training" / "checkpoint-4")["train_seconds"]
+    before_stop = run_record(tmp_path / ".stage.training" / "checkpoint-4")["train_seconds"]
     summary = reproduce._run(TrainConfig(output_dir=str(stage), **settings))
     assert summary["resumed_from_step"] == 4 and summary["final_step"] == 6
     # its training time is both sessions', to the checkpoint it resumed from

@@ -7,41 +7,35 @@ import sys
 from pathlib import Path
 
 import pytest
-from accelerate.tracking import GeneralTracker, register_tracker_class
+from transformers import TrainerCallback
+from transformers.integrations import INTEGRATION_TO_CALLBACK
 
 sys.path.insert(0, str(Path(__file__).parent))  # the shared helpers module next to this file
 from training_utils import MICRO  # noqa: E402
 
 
-class RecordingTracker(GeneralTracker):
-    """An experiment tracker (registered with Accelerate as ``recording``) that keeps what it is
-    given in ``recording.json`` in its logging folder."""
+class RecordingCallback(TrainerCallback):
+    """A reporting integration (registered with transformers as ``recording``, so that
+    ``--report-to recording`` picks it) that keeps what it is given in
+    ``OUTPUT/trackers/recording.json``."""
 
-    name = "recording"
-    requires_logging_directory = True
-
-    def __init__(self, run_name: str, logging_dir, **kwargs):
-        super().__init__()
-        self.path = Path(logging_dir) / run_name / "recording.json"
+    def __init__(self):
         self.calls: dict = {"config": None, "log": [], "finished": False}
 
-    @property
-    def tracker(self):
-        return self.calls
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.calls["config"] = args.to_dict()
 
-    def store_init_configuration(self, values: dict) -> None:
-        self.calls["config"] = values
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.calls["log"].append({"step": state.global_step, **(logs or {})})
 
-    def log(self, values: dict, step=None, **kwargs) -> None:
-        self.calls["log"].append({"step": step, **values})
-
-    def finish(self) -> None:
+    def on_train_end(self, args, state, control, **kwargs):
         self.calls["finished"] = True
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(self.calls))
+        path = Path(args.output_dir) / "trackers" / "recording.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.calls))
 
 
-register_tracker_class(RecordingTracker)
+INTEGRATION_TO_CALLBACK["recording"] = RecordingCallback
 
 
 @pytest.fixture(scope="session")

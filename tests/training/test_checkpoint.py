@@ -1,5 +1,5 @@
-"""Checkpoint bookkeeping: which checkpoints rotation keeps, which one is the best, and the final
-model replaced whole or not at all whatever the point of a crash."""
+"""Checkpoint bookkeeping: the final model replaced whole or not at all whatever the point of a
+crash, and no code run from any file of a checkpoint."""
 
 import json
 
@@ -10,37 +10,15 @@ from safetensors.torch import save_file
 from muxplm.training import checkpoint as ckpt
 
 
-def _fake_checkpoints(root, scores, greater_is_better=True):
-    for step, value in scores.items():
+def _fake_checkpoints(root, scores):
+    for step in scores:
         path = root / f"checkpoint-{step}"
         path.mkdir(parents=True)
-        score = None if value is None else {"metric": "m", "value": value, "greater_is_better": greater_is_better}
-        (path / ckpt.STATE_FILE).write_text(json.dumps({"step": step, "score": score}))
+        (path / ckpt.STATE_FILE).write_text(json.dumps({"global_step": step}))
 
 
 def _names(root):
-    return sorted((p.name for p in ckpt.checkpoint_dirs(root)), key=lambda name: int(name.split("-")[1]))
-
-
-def test_best_checkpoint_by_direction_ties_and_missing_scores(tmp_path):
-    _fake_checkpoints(tmp_path / "up", {10: 0.5, 20: 0.9, 30: 0.9, 40: None, 50: float("nan")})
-    assert ckpt.best_checkpoint(tmp_path / "up").name == "checkpoint-20"  # the earliest of the tied best
-    _fake_checkpoints(tmp_path / "down", {10: 3.0, 20: 1.0, 30: 2.0}, greater_is_better=False)
-    assert ckpt.best_checkpoint(tmp_path / "down").name == "checkpoint-20"
-    _fake_checkpoints(tmp_path / "unscored", {10: None, 20: None})
-    assert ckpt.best_checkpoint(tmp_path / "unscored") is None
-
-
-def test_rotation_keeps_the_newest_and_the_best(tmp_path):
-    _fake_checkpoints(tmp_path, {10: 0.2, 20: 0.8, 30: 0.5, 40: 0.4})
-    removed = ckpt.rotate(tmp_path, keep=1, protect=tmp_path / "checkpoint-40")
-    assert _names(tmp_path) == ["checkpoint-20", "checkpoint-40"]
-    assert sorted(p.name for p in removed) == ["checkpoint-10", "checkpoint-30"]
-    # Without scores it is plain newest-first rotation.
-    _fake_checkpoints(tmp_path / "plain", {1: None, 2: None, 3: None})
-    ckpt.rotate(tmp_path / "plain", keep=2)
-    assert _names(tmp_path / "plain") == ["checkpoint-2", "checkpoint-3"]
-    assert ckpt.rotate(tmp_path / "plain", keep=None) == []
+    return [p.name for p in ckpt.checkpoint_dirs(root)]
 
 
 # ------------------------------------------------------------------ the final model, replaced whole
@@ -170,61 +148,56 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
-def _real_checkpoint(folder):
-    """What ``accelerator.save_state`` writes for a run like ours (optimizer, the registered
-    scheduler, RNG states), plus the state file and weights of a checkpoint."""
-    from accelerate import Accelerator
-    from transformers import get_linear_schedule_with_warmup
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    """A run folder with one real Trainer checkpoint (optimizer, scheduler, RNG state)."""
+    from training_utils import MICRO
 
-    model = torch.nn.Linear(4, 2)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    scheduler = get_linear_schedule_with_warmup(optimizer, 2, 10)
-    accelerator = Accelerator(cpu=True)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    accelerator.register_for_checkpointing(scheduler)
-    model(torch.ones(3, 4)).sum().backward()
-    optimizer.step()
-    scheduler.step()
-    accelerator.save_state(str(folder))
-    (folder / ckpt.STATE_FILE).write_text(json.dumps({"step": 1}))
-    return accelerator, scheduler
+    from muxplm.training import TrainConfig, run_stage
+
+    out = tmp_path_factory.mktemp("real") / "run"
+    run_stage(TrainConfig(stage="mlm", output_dir=str(out), num_instances=2, max_steps=2, save_steps=1,
+                          save_total_limit=None, **MICRO))
+    return out
 
 
-@pytest.mark.parametrize("name", ["optimizer.bin", "custom_checkpoint_0.pkl", "random_states_0.pkl", "scaler.pt"])
-def test_a_crafted_pickle_in_a_checkpoint_is_refused_and_never_run(tmp_path, name):
+@pytest.mark.usefixtures("builtin_data")
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_state.pth"])
+def test_a_crafted_pickle_in_a_checkpoint_is_refused_and_never_run(real_run, tmp_path, name):
     import pickle
+    import shutil
 
-    folder = tmp_path / "checkpoint-1"
-    folder.mkdir()
-    _real_checkpoint(folder)
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
+    folder = run / "checkpoint-2"
     assert ckpt.verify(folder) is None  # real state loads weights_only (numpy RNG state included)
     marker = tmp_path / "ran"
     (folder / name).write_bytes(pickle.dumps({"state": _Payload(marker)}))
     problem = ckpt.verify(folder)
     assert problem is not None and name in problem and "weights-only" in problem, problem
-    assert ckpt.resumable_checkpoint(tmp_path, lambda message: None) is None
+    assert ckpt.resumable_checkpoint(run, lambda message: None).name == "checkpoint-1"  # the previous one
     assert not marker.exists()
 
 
-def test_resume_loads_every_file_weights_only(tmp_path):
-    """Accelerate's ``load_state`` unpickles the registered scheduler in full; the training loop
-    runs it under ``weights_only_loads``, where a crafted file is refused unrun and a real one loads."""
+@pytest.mark.usefixtures("builtin_data")
+@pytest.mark.parametrize("name", ["optimizer.pt", "scheduler.pt", "rng_state.pth"])
+def test_the_trainer_loads_every_checkpoint_file_weights_only(real_run, tmp_path, monkeypatch, name):
+    """Past muxplm's own check (switched off here), the Trainer's loads of the optimizer,
+    scheduler and RNG files refuse a crafted pickle unrun too."""
     import pickle
+    import shutil
 
-    folder = tmp_path / "checkpoint-1"
-    folder.mkdir()
-    accelerator, scheduler = _real_checkpoint(folder)
-    with ckpt.weights_only_loads():
-        accelerator.load_state(str(folder))
-    assert scheduler.last_epoch == 1
+    from training_utils import MICRO
+
+    from muxplm.training import TrainConfig, run_stage
+
+    run = tmp_path / "run"
+    shutil.copytree(real_run, run)
     marker = tmp_path / "ran"
-    (folder / "custom_checkpoint_0.pkl").write_bytes(pickle.dumps(_Payload(marker)))
-    with pytest.raises(Exception, match="(?i)weights only"):
-        with ckpt.weights_only_loads():
-            accelerator.load_state(str(folder))
+    (run / "checkpoint-2" / name).write_bytes(pickle.dumps({"state": _Payload(marker)}))
+    monkeypatch.setattr(ckpt, "verify", lambda checkpoint: None)
+    with pytest.raises(Exception, match="(?i)weights.only"):
+        run_stage(TrainConfig(stage="mlm", output_dir=str(run), num_instances=2, max_steps=3, save_steps=1,
+                              save_total_limit=None, resume=True, **MICRO))
     assert not marker.exists()
-    with pytest.raises(Exception):  # the plain torch.load of the same file is refused too
-        with ckpt.weights_only_loads():
-            torch.load(folder / "custom_checkpoint_0.pkl", weights_only=False)
-    assert not marker.exists()
-    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in __import__("os").environ  # restored afterwards
+    assert not list(run.glob("checkpoint-*/training_args.bin"))  # no pickle of the arguments either

@@ -208,7 +208,7 @@ def test_a_muxplm_checkpoint_is_cut_with_init(tmp_path):
 
 def test_progressive_multiplexing_moves_the_mixture_down_during_the_run(plain_dir, tmp_path, monkeypatch):
     from muxplm.modeling_mux import MuxBackboneMixin
-    from muxplm.training.loop import unmuxed_layers_at
+    from muxplm.training.trainer import unmuxed_layers_at
 
     # 5 -> 0 over the first 3/4 of 1,000 steps: 150 steps at each count, the last quarter at 0.
     assert [unmuxed_layers_at(step, 1000, 5, 0) for step in (0, 149, 150, 599, 600, 749, 750, 999)] == \
@@ -241,3 +241,23 @@ def test_progressive_fine_tuning_starts_at_the_conversions_own_layout(plain_dir,
     refused = run_cli("finetune", "--task", "sentiment", "--init", str(tmp_path / "mux"), "--output-dir",
                       str(tmp_path / "x"), "--max-steps", "1", "--num-unmuxed-layers", "0", *micro_flags("finetune")[2:])
     assert refused.returncode != 0 and "num_unmuxed_layers" in refused.stderr
+
+
+def test_fine_tuning_a_conversion_takes_its_recorded_recipe(plain_dir, tmp_path):
+    """The converted checkpoint records its recipe; `finetune --init` takes the conversion's
+    learning rates from it (nothing retyped), a flag still wins, and --recipe names another."""
+    convert(plain_dir, 2, tmp_path / "mux", **FAST)
+    assert json.loads((tmp_path / "mux" / "config.json").read_text())["training_recipe"] == "convert"
+    common = ["--task", "sentiment", "--init", str(tmp_path / "mux"), "--max-steps", "1", "--max-train-examples", "16",
+              "--max-eval-examples", "8", *micro_flags("finetune")[2:]]
+
+    def settings(name, *flags):
+        done = run_cli("finetune", *common, "--output-dir", str(tmp_path / name), *flags)
+        assert done.returncode == 0, done.stderr
+        return json.loads((tmp_path / name / "train_config.json").read_text())
+
+    recorded = settings("recorded")
+    assert (recorded["recipe"], recorded["lr"], recorded["encoder_lr"]) == ("convert", 2e-4, 1e-4)
+    assert settings("flag", "--lr", "3e-4")["lr"] == 3e-4
+    paper = settings("paper", "--recipe", "paper")
+    assert (paper["recipe"], paper["lr"], paper["encoder_lr"]) == ("paper", 5e-5, None)

@@ -62,14 +62,13 @@ def test_bf16_autocast_forward_matches_float32_closely():
 
 
 def test_more_processes_than_gpus_are_refused_by_name(monkeypatch):
-    from muxplm.training.loop import make_accelerator, process_state
+    from muxplm.training.stages import process_state
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the check only: nothing runs on it
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    for start in (process_state, lambda: make_accelerator(TrainConfig(output_dir="unused"))):
-        with pytest.raises(ValueError, match=r"2 processes on this machine but 1 GPU\(s\).*--nproc-per-node 1"):
-            start()  # process_state: what a run sets up first (its first barrier would fail on rank 1)
+    with pytest.raises(ValueError, match=r"2 processes on this machine but 1 GPU\(s\).*--nproc-per-node 1"):
+        process_state()  # what a run sets up first (its first barrier would fail on rank 1)
 
 
 def test_fp16_on_the_cpu_is_refused(tmp_path, monkeypatch):

@@ -11,8 +11,9 @@ from muxplm.training import config, convert, demo, recipes
 
 
 def test_the_runners_read_the_registry(tmp_path, monkeypatch):
-    assert config.TINY_RECIPE is recipes.RECIPES["stages/tiny"]
-    assert config.PAPER_RECIPE is recipes.RECIPES["stages/paper"]
+    assert config.stage_defaults is recipes.stage_defaults and config.TRAINING_RECIPES is recipes.TRAINING_RECIPES
+    assert recipes.stage_defaults("mlm", "tiny") == recipes.RECIPES["stages/tiny"]["mlm"]
+    assert recipes.stage_defaults("mlm", "base") == recipes.RECIPES["stages/paper"]["mlm"]
     assert convert.CONVERT_RECIPE is recipes.RECIPES["convert"]
     assert demo.DEMO_FULL is recipes.RECIPES["demo"] and demo.DEMO_QUICK is recipes.RECIPES["demo/quick"]
     for name, preset in recipes.REPRODUCTION_PRESETS.items():
@@ -24,6 +25,20 @@ def test_the_runners_read_the_registry(tmp_path, monkeypatch):
 
     BertConfig(num_hidden_layers=2).save_pretrained(tmp_path)
     assert convert.conversion_settings(tmp_path, 2)["max_steps"] == 7
+
+
+def test_named_recipes_cover_their_stages_over_the_size_defaults():
+    converted = recipes.TRAINING_RECIPES["convert"]("finetune", "sentiment", None)
+    assert (converted["lr"], converted["encoder_lr"]) == (2e-4, 1e-4) and converted["batch_size"] == 32
+    demo_mlm = recipes.TRAINING_RECIPES["demo"]("mlm", None, None)
+    assert demo_mlm["max_steps"] == recipes.DEMO_FULL["mlm"]["max_steps"] and demo_mlm["max_length"] == 48
+    for name, stages in recipes.RECIPE_STAGES.items():
+        for stage in ("retrieval", "mlm", "electra", "finetune"):
+            if stage in stages:
+                assert recipes.TRAINING_RECIPES[name](stage, None, None)
+            else:
+                with pytest.raises(ValueError, match=f"not --stage {stage}"):
+                    recipes.TRAINING_RECIPES[name](stage, None, None)
 
 
 def test_get_recipe_hands_out_copies_and_names_the_known_ones():

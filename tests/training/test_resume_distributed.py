@@ -70,7 +70,7 @@ from muxplm.training import checkpoint as ckpt
 point, argv = sys.argv[1], sys.argv[2:]
 real_save, real_replace, real_json = torch.save, os.replace, ckpt.write_json_atomic
 def save(obj, path, *args, **kwargs):
-    if point == "mid-checkpoint" and str(path).endswith("checkpoint-8/optimizer.bin"):
+    if point == "mid-checkpoint" and str(path).endswith("checkpoint-8/optimizer.pt"):
         os._exit(9)
     return real_save(obj, path, *args, **kwargs)
 def replace(source, target):
@@ -154,7 +154,7 @@ def test_two_process_gloo_run(tmp_path):
     events = [r["step"] for r in map(json.loads, (out / "log.jsonl").read_text().splitlines())
               if r["kind"] == "checkpoint"]
     assert events == [2, 4]  # written once per save, by one process
-    assert {p.name for p in (out / "checkpoint-4").glob("random_states_*.pkl")} == {"random_states_0.pkl", "random_states_1.pkl"}
+    assert {p.name for p in (out / "checkpoint-4").glob("rng_state*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
     assert done.stdout.count("model saved to") == 1
     # Evaluation ran sharded over both processes and gathered: the logged held-out figures at
     # the last step equal one process scoring the final model alone.

@@ -42,13 +42,13 @@ def test_a_broken_newest_checkpoint_falls_back_to_the_previous_one(finished, tmp
         weights.write_bytes(weights.read_bytes()[:-100])
         named = "model.safetensors"
     elif damage == "garbled optimizer":
-        (newest / "optimizer.bin").write_bytes(b"not a pickle")
-        named = "optimizer.bin"
+        (newest / "optimizer.pt").write_bytes(b"not a pickle")
+        named = "optimizer.pt"
     elif damage == "garbled rng":
-        (newest / "random_states_0.pkl").write_bytes(b"\x80\x04garbage")
-        named = "random_states_0.pkl"
+        (newest / "rng_state.pth").write_bytes(b"\x80\x04garbage")
+        named = "rng_state.pth"
     else:
-        (newest / "trainer_state.json").write_text('{"step": 4, ')
+        (newest / "trainer_state.json").write_text('{"global_step": 4, ')
         named = "trainer_state.json"
     assert named in ckpt.verify(newest)
     with caplog.at_level(logging.WARNING):
@@ -60,7 +60,7 @@ def test_a_broken_newest_checkpoint_falls_back_to_the_previous_one(finished, tmp
 def test_no_whole_checkpoint_is_an_error_not_a_fresh_start(finished, tmp_path):
     out = copy_of(finished, tmp_path)
     for step in (2, 4):
-        (out / f"checkpoint-{step}" / "optimizer.bin").write_bytes(b"")
+        (out / f"checkpoint-{step}" / "optimizer.pt").write_bytes(b"")
     with pytest.raises(ValueError, match="no checkpoint .* is whole"):
         run_stage(settings(out, max_steps=6, resume=True))
 

@@ -67,28 +67,34 @@ def test_finetuned_checkpoint_has_labels_and_metrics(finetuned):
 
 
 def test_training_curves_reach_the_experiment_trackers(finetuned):
-    """--report-to hands every logged number to Accelerate's trackers (here a registered one)."""
-    recorded = json.loads((finetuned / "trackers" / "muxplm" / "recording.json").read_text())
-    assert recorded["finished"] and recorded["config"]["task"] == "sentiment"
+    """--report-to hands every logged number to the Trainer's reporting integrations (here a
+    registered one), under the Trainer's names (learning_rate, eval_accuracy, ...)."""
+    recorded = json.loads((finetuned / "trackers" / "recording.json").read_text())
+    assert recorded["finished"] and recorded["config"]["output_dir"] == str(finetuned)
     by_step = {(entry["step"], key): value for entry in recorded["log"] for key, value in entry.items() if key != "step"}
-    for kind in ("train", "eval"):
-        for record in read_log(finetuned, kind):
+    for kind, prefix in (("train", ""), ("eval", "eval_")):
+        records = read_log(finetuned, kind)
+        assert records
+        for record in records:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and key != "step":
-                    assert by_step[(record["step"], f"{kind}/{key}")] == value
+                    name = "learning_rate" if key == "lr" else prefix + key
+                    assert by_step[(record["step"], name)] == value
 
 
-def test_report_to_refuses_what_cannot_track(tmp_path, monkeypatch):
-    import accelerate.tracking
+def test_report_to_refuses_what_cannot_track(monkeypatch):
+    import transformers.integrations
 
-    from muxplm.training.loop import make_accelerator, trackers
+    from muxplm.training.stages import reporting
 
-    monkeypatch.setattr(accelerate.tracking, "get_available_trackers", lambda: [])  # nothing installed
+    monkeypatch.setattr(transformers.integrations, "get_available_reporting_integrations", lambda: [])
     with pytest.raises(ValueError, match=r"wandb package is not installed \(pip install wandb\)"):
-        trackers(["wandb"])
-    assert trackers(None) == [] and trackers(["none"]) == []  # the default: TensorBoard only when installed
-    with pytest.raises(ValueError, match="Unsupported logging capability: tensorboardx"):
-        make_accelerator(TrainConfig(output_dir=str(tmp_path), report_to=["tensorboardx"]))
+        reporting(["wandb"])
+    assert reporting(None) == ["none"] and reporting(["none"]) == ["none"]  # the default: TensorBoard when installed
+    monkeypatch.setattr(transformers.integrations, "get_available_reporting_integrations", lambda: ["tensorboard"])
+    assert reporting(None) == ["tensorboard"]
+    with pytest.raises(ValueError, match="tensorboardx: not a reporting integration"):
+        reporting(["tensorboardx"])
 
 
 def test_evaluate_checkpoint_scores_whole_dev_set_over_seeds(finetuned, tmp_path):
@@ -192,8 +198,9 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypat
 
 
 def test_best_checkpoint_is_kept_and_loaded_at_the_end(pretrained, tmp_path):
-    """With an evaluation at every save, rotation keeps the best-scoring checkpoint next to the
-    newest, and load_best_at_end makes the saved final model that checkpoint's weights."""
+    """With an evaluation at every save, rotation keeps the best-scoring checkpoint (with one
+    checkpoint kept, the Trainer drops the newest at the end of the run: it only served a
+    resume), and load_best_at_end makes the saved final model that checkpoint's weights."""
     out = tmp_path / "best"
     settings = {k: v for k, v in MICRO.items() if k not in ("preset", "model_overrides")}
     summary = run_stage(TrainConfig(stage="finetune", task="sentiment", output_dir=str(out), init=str(pretrained),
@@ -203,8 +210,7 @@ def test_best_checkpoint_is_kept_and_loaded_at_the_end(pretrained, tmp_path):
     best_value, best_step = max(scores)[0], -max(scores)[1]
     assert summary["best_checkpoint"]["step"] == best_step
     assert summary["best_checkpoint"]["value"] == pytest.approx(best_value)
-    kept = {p.name for p in out.glob("checkpoint-*")}
-    assert kept == {f"checkpoint-{best_step}", "checkpoint-6"}
+    assert {p.name for p in out.glob("checkpoint-*")} == {f"checkpoint-{best_step}"}
     assert summary["eval"]["accuracy"] == pytest.approx(best_value)
     # The saved final model is the best checkpoint's weights, and scores what it scored in
     # training (same batch size: a MUX model's groups, hence its predictions, depend on it).
@@ -265,11 +271,11 @@ def test_early_stopping_ends_at_the_best_weights_and_resumes_exactly(pretrained,
     # resuming a run that stopped trains nothing more
     assert run_stage(TrainConfig(**{**config, "resume": True}))["final_step"] == stop
 
-    # checkpoints every 4 steps, one kept: each new best is saved as well, and survives rotation
+    # checkpoints every 4 steps, one kept: each new best is saved as well, and is the one left at the end
     rotated = tmp_path / "rotated"
     sparse = run_stage(TrainConfig(**{**config, "output_dir": str(rotated), "save_steps": 4, "save_total_limit": 1}))
     assert sparse["final_step"] == stop and sparse["best_checkpoint"]["step"] == best_step
-    assert {p.name for p in rotated.glob("checkpoint-*")} == {f"checkpoint-{best_step}", f"checkpoint-{stop}"}
+    assert {p.name for p in rotated.glob("checkpoint-*")} == {f"checkpoint-{best_step}"}
     kept = load_file(rotated / "model.safetensors")
     assert all(torch.equal(kept[k], final[k]) for k in final)
 
@@ -354,7 +360,7 @@ def test_worker_processes_collate_the_same_batches(tmp_path):
 
 
 def test_length_grouped_batches_cover_each_epoch_once_with_less_padding(tmp_path):
-    from muxplm.training.batches import ShardedBatches
+    from muxplm.training.trainer import ShardedBatches
 
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(5, 60, (1000,), generator=generator).tolist()

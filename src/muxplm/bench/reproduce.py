@@ -36,7 +36,7 @@ from ..configuration import preset_kwargs
 from ..devices import check_cpu_bf16
 from ..timing import side_by_side
 from ..training import TrainConfig, evaluate_checkpoint, load_classifier, run_stage
-from ..training.checkpoint import STATE_FILE, checkpoint_dirs, publish, read_state, resumable_checkpoint
+from ..training.checkpoint import STATE_FILE, checkpoint_dirs, publish, resumable_checkpoint, run_record
 from ..training.models import classifier_class
 from ..training.recipes import REPRODUCTION_PRESETS, for_instances
 from .analysis import ensemble_table, lottery_table, plot_pareto, table_markdown
@@ -197,7 +197,7 @@ def _resumable(config: TrainConfig) -> bool:
     checkpoint = resumable_checkpoint(config.output_dir, logger.warning)
     if checkpoint is None:
         return False
-    state = read_state(checkpoint)
+    state = run_record(checkpoint)
     return _same_stage(config, json.loads(json.dumps(state.get("config") or {}, default=str)), state.get("source_hash"),
                        state.get("init_encoder_sha256"), (checkpoint / STATE_FILE).stat().st_mtime)
 

@@ -1,19 +1,19 @@
 """Atomic, resumable training checkpoints.
 
-A checkpoint is a folder ``checkpoint-<step>`` holding the model (``save_pretrained``:
-config.json + model.safetensors), the tokenizer, what ``Accelerator.save_state`` writes
-(``optimizer.bin``, the scheduler as ``custom_checkpoint_0.pkl``, ``scaler.pt`` in fp16, one
-``random_states_<rank>.pkl`` per process) and ``trainer_state.json`` (step, data position, config).
-Every file is first written into ``.tmp-checkpoint-<step>`` next to the target, which is
-renamed into place only when complete, and ``trainer_state.json`` is written last: a crash
-mid-write leaves at most a temp folder, which resume ignores and the next save removes.
+A checkpoint is the Trainer's folder ``checkpoint-<step>``: the model (``save_pretrained``:
+config.json + model.safetensors), the tokenizer, ``optimizer.pt``, ``scheduler.pt``,
+``scaler.pt`` in fp16, ``rng_state.pth`` (``rng_state_<rank>.pth`` per process), the training
+arguments as ``training_args.json`` and ``trainer_state.json``, with muxplm's record of the run
+(:func:`run_record`). :class:`~muxplm.training.trainer.MuxTrainer` writes every file into
+``.tmp-checkpoint-<step>`` next to the target, ``trainer_state.json`` last, and renames it into
+place only when complete: a crash mid-write leaves at most a temp folder, which resume ignores
+and the next save removes. This module finds, checks and publishes them; the final model at the
+top of a run folder is replaced in one step (:func:`publish_final`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import os
 import re
 import shutil
@@ -221,35 +221,27 @@ def recover_run_folder(output_dir: str | Path, clean: bool = True) -> None:
         shutil.rmtree(old, ignore_errors=True)  # a swap whose clean-up never ran
 
 
-def best_checkpoint(output_dir: str | Path) -> Path | None:
-    """The complete checkpoint with the best recorded score (``score`` in its state: the
-    evaluation made at its step), the earliest on ties; ``None`` when none was scored."""
-    scored = []
-    for order, path in enumerate(checkpoint_dirs(output_dir)):
-        score = read_state(path).get("score")
-        if score is not None and math.isfinite(float(score["value"])):
-            sign = 1.0 if score.get("greater_is_better", True) else -1.0
-            scored.append((sign * float(score["value"]), -order, path))
-    return max(scored)[2] if scored else None
-
-
-def rotate(output_dir: str | Path, keep: int | None, protect: Path | None = None) -> list[Path]:
-    """Delete the complete checkpoints older than the ``keep`` newest; never ``protect`` nor
-    the best-scoring checkpoint (which is thus kept in addition to the newest)."""
-    if keep is None:
-        return []
+def rotate(output_dir: str | Path, keep: int | None, best: str | Path | None = None) -> None:
+    """The Trainer's rotation (``save_total_limit``: the newest and the best checkpoint always
+    kept) over complete checkpoints only: a folder that merely looks like one is neither counted
+    nor deleted."""
+    if not keep:
+        return
     dirs = checkpoint_dirs(output_dir)
-    kept = {Path(p).resolve() for p in (protect, best_checkpoint(output_dir)) if p is not None}
-    removed = []
-    for path in dirs[: max(len(dirs) - keep, 0)]:
-        if path.resolve() in kept:
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    return removed
+    protected = {dirs[-1].resolve()} if dirs else set()
+    if best is not None:
+        protected.add(Path(best).resolve())
+    surplus = len(dirs) - max(keep, len(protected))
+    for path in dirs:
+        if surplus <= 0:
+            break
+        if path.resolve() not in protected:
+            shutil.rmtree(path, ignore_errors=True)
+            surplus -= 1
 
 
 def read_state(checkpoint: str | Path) -> dict[str, Any]:
+    """A checkpoint's ``trainer_state.json`` (the Trainer's format), as a mapping."""
     path = Path(checkpoint) / STATE_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{checkpoint} is not a complete training checkpoint (no {STATE_FILE})")
@@ -257,6 +249,16 @@ def read_state(checkpoint: str | Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} is corrupt ({error})") from error
+
+
+def run_record(checkpoint: str | Path) -> dict[str, Any]:
+    """What muxplm records of the run in a checkpoint: its step, data layout (``world_size``,
+    ``batch_size``, ``gradient_accumulation_steps``), ``train_seconds`` and the run's facts
+    (``config``, ``source_hash``, ``init_encoder_sha256``)."""
+    state = read_state(checkpoint)
+    recorded = state.get("stateful_callbacks", {}).get("RunState") or {}
+    return {"step": state.get("global_step"), **recorded.get("args", {}).get("facts", {}),
+            **recorded.get("attributes", {})}
 
 
 def _safe_globals() -> list:
@@ -275,27 +277,6 @@ def _safe_globals() -> list:
         except ImportError:
             from numpy.core.multiarray import _reconstruct
         return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), __import__("codecs").encode]
-
-
-@contextlib.contextmanager
-def weights_only_loads():
-    """Every ``torch.load`` inside is a ``weights_only`` load, whatever its caller asks for
-    (Accelerate's ``load_state`` reads the registered scheduler with ``weights_only=False``): a
-    pickle that names any class or function outside tensors, plain containers and NumPy's RNG
-    state is refused instead of run. Meant for the main thread while it loads a checkpoint."""
-    previous = os.environ.get(_FORCE_WEIGHTS_ONLY)
-    os.environ[_FORCE_WEIGHTS_ONLY] = "1"
-    try:
-        with torch.serialization.safe_globals(_safe_globals()):
-            yield
-    finally:
-        if previous is None:
-            os.environ.pop(_FORCE_WEIGHTS_ONLY, None)
-        else:
-            os.environ[_FORCE_WEIGHTS_ONLY] = previous
-
-
-_FORCE_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"  # read by torch.load on every call
 
 
 def load_file(path: Path, map_location=None) -> Any:
@@ -334,12 +315,12 @@ def verify(checkpoint: Path) -> str | None:
         read_state(checkpoint)
         for weights in sorted(checkpoint.glob("*.safetensors")):
             _check_safetensors(weights)
-        # Accelerate's load_state would skip an unreadable RNG file with a log line only.
-        states = sorted(p.name for p in checkpoint.glob("random_states_*.pkl"))
+        # The Trainer would go on without an RNG file, with a log line only.
+        states = sorted(p.name for p in checkpoint.glob("rng_state*.pth"))
         if not states:
-            raise ValueError(f"{checkpoint} has no random_states_<rank>.pkl")
+            raise ValueError(f"{checkpoint} has no rng_state.pth")
         scaler = ["scaler.pt"] if (checkpoint / "scaler.pt").exists() else []
-        for name in ("optimizer.bin", "custom_checkpoint_0.pkl", *scaler, *states):
+        for name in ("optimizer.pt", "scheduler.pt", *scaler, *states):
             load_file(checkpoint / name, map_location="cpu")
     except (OSError, ValueError) as error:
         return str(error)

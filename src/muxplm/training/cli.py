@@ -292,7 +292,7 @@ def _file_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _train(args) -> int:
-    from .loop import TrainingDiverged
+    from .trainer import TrainingDiverged
     from .stages import run_stage
 
     config = config_from_args(args)
@@ -328,8 +328,8 @@ def _convert(args) -> int:
     config = conversion_config(args.plain_model_dir, instances, output_dir, file_settings, gpu=args.gpu, **flags)
     _report(run_stage(config),
             f"converted N={config.num_instances} model saved to {config.output_dir}; fine-tune it with "
-            f"`muxplm finetune --init {config.output_dir} --task ... --lr 2e-4 --encoder-lr 1e-4` (the measured "
-            f"recipe: the converted encoder needs the larger encoder learning rate)")
+            f"`muxplm finetune --init {config.output_dir} --task ...` (it takes the conversion's recipe: lr 2e-4, "
+            f"encoder lr 1e-4)")
     return 0
 
 

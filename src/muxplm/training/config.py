@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..choices import DEMUX_TYPES, FAMILY_NAMES, MUX_TYPES, RETRIEVAL_SOFTMAX, SENTENCE_POOLING, SIZE_PRESETS
-from .recipes import PAPER_RECIPE, TINY_RECIPE, TRAINING_RECIPES, for_instances
+from .recipes import TRAINING_RECIPES, for_instances, stage_defaults
 
 STAGES = ("retrieval", "mlm", "electra", "finetune")
 PRETRAIN_STAGES = ("retrieval", "mlm", "electra")
@@ -77,9 +77,14 @@ class TrainConfig:
                          group="run", commands=(PRETRAIN,), choices=STAGES, flag_choices=PRETRAIN_STAGES)
     output_dir: str = setting("runs/muxplm", "where checkpoints, logs and the final model go (required)", group="run",
                               metavar="DIR")
-    recipe: str | None = setting(help="a named recipe: paper (the paper's fine-tuning: lr 5e-5, 32 groups a step, "
-                                      "128 tokens, steps by GLUE task; the default for its released checkpoints)",
-                                 group="run", commands=(FINETUNE,), choices=tuple(TRAINING_RECIPES))
+    recipe: str | None = setting(
+        help={FINETUNE: "a named recipe: paper (the paper's fine-tuning: lr 5e-5, 32 groups a step, 128 tokens, "
+                        "steps by GLUE task), demo (muxplm demo's), convert (a converted encoder's: lr 2e-4, "
+                        "encoder 1e-4); default: the one the --init checkpoint was trained with (the paper's for "
+                        "its released checkpoints)",
+              PRETRAIN: "a named recipe: demo (muxplm demo's); the checkpoint records it and the next stage "
+                        "started from it takes it too"},
+        group="run", commands=(PRETRAIN, FINETUNE), choices=tuple(TRAINING_RECIPES))
     # model: a size preset (fresh weights), a MUX checkpoint, or a plain encoder
     preset: str | None = setting(help="a fresh model of this size", group="model", commands=CHOSEN_MODEL,
                                  choices=tuple(SIZE_PRESETS))
@@ -264,8 +269,8 @@ def recipe_for(stage: str, size: str | None, name: str | None = None, task: str 
     """The settings a run takes from its recipe: the named one (``--recipe``), else the one of
     its stage for the model's size (the paper's, or the CPU one for ``tiny``)."""
     if name is not None:
-        return TRAINING_RECIPES[name](stage, task)
-    return dict((TINY_RECIPE if size == "tiny" else PAPER_RECIPE)[stage])
+        return TRAINING_RECIPES[name](stage, task, size)
+    return stage_defaults(stage, size)
 
 
 def resolve(config: TrainConfig, size: str | None, num_instances: int = 1, default_recipe: str | None = None

@@ -40,20 +40,22 @@ def second_composition(size: int, num_instances: int) -> torch.Tensor:
     return shuffle
 
 
-class CompositionConsistency:
-    """Task loss over two compositions of the batch plus ``weight`` x their disagreement.
+class CompositionConsistency(torch.nn.Module):
+    """Task loss over two compositions of the batch plus ``weight`` x their disagreement: a
+    loss module for :class:`~muxplm.training.trainer.MuxTrainer`.
 
     ``inner`` computes one forward pass's output and loss (task distillation, for example);
     by default the model's own loss.
     """
 
     def __init__(self, weight: float, inner: Callable[[torch.nn.Module, dict[str, torch.Tensor]], Any] | None = None):
+        super().__init__()
         if weight < 0:
             raise ValueError(f"the consistency weight must be >= 0, got {weight}")
         self.weight = float(weight)
         self.inner = inner
 
-    def __call__(self, model, batch: dict[str, torch.Tensor]):
+    def forward(self, model, batch: dict[str, torch.Tensor]):
         size = batch["input_ids"].shape[0]
         num_instances = getattr(model, "module", model).config.num_instances  # a DDP wrapper holds the model
         shuffle = second_composition(size, num_instances).to(batch["input_ids"].device, non_blocking=True)

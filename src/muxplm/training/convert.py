@@ -4,7 +4,8 @@ MUX checkpoint -> the same encoder at another N (a curriculum over N, ``regroup_
 
 One priming stage on the plain model's own weights (warm start) with the conversion recipe
 below (optionally distilling the plain encoder's per-instance states: ``teacher``); the result
-is a MUX checkpoint for ``muxplm finetune --init``. Every setting can be
+is a MUX checkpoint for ``muxplm finetune --init``, which records the recipe (``convert``) so that
+its fine-tuning takes the conversion's learning rates by default. Every setting can be
 overridden (flags, ``--config`` file, or keyword arguments of :func:`convert`).
 """
 
@@ -38,10 +39,10 @@ def conversion_settings(plain_dir: str | Path, num_instances: int, gpu: bool = F
             raise ValueError("--keep-layers cuts a plain encoder; a MUX checkpoint keeps its layers")
         recipe = {k: v for k, v in CONVERT_RECIPE.items() if k not in ("demux_type", "num_unmuxed_layers")}
         return dict(recipe, **(GPU_CONVERT_RECIPE if gpu else {}), init=str(plain_dir), regroup_instances=True,
-                    num_instances=num_instances)
+                    num_instances=num_instances, recipe="convert")
     family_of_plain_type(plain.model_type, f"convert {plain_dir}")  # a clear refusal of any other model
     settings = dict(CONVERT_RECIPE, **(GPU_CONVERT_RECIPE if gpu else {}), init_encoder=str(plain_dir),
-                    num_instances=num_instances, mux_key_norm=math.sqrt(plain.hidden_size))
+                    num_instances=num_instances, mux_key_norm=math.sqrt(plain.hidden_size), recipe="convert")
     layers = min(keep_layers or plain.num_hidden_layers, plain.num_hidden_layers)
     settings["num_unmuxed_layers"] = min(settings["num_unmuxed_layers"], layers - 1)
     return settings

@@ -1,4 +1,4 @@
-"""Distillation from a plain (N = 1) teacher, as the training loop's loss (``--teacher``).
+"""Distillation from a plain (N = 1) teacher: loss modules for the trainer (``--teacher``).
 
 - Fine-tuning (:class:`TaskDistillation`): the MUX student learns from the teacher's soft
   labels and the hard labels, ``(1 - w) * task_loss + w * T^2 * KL(teacher_T || student_T)``
@@ -36,10 +36,11 @@ def _single_instance(model, path) -> None:
                          f"distillation needs a plain (N = 1) teacher")
 
 
-class TaskDistillation:
+class TaskDistillation(torch.nn.Module):
     """Soft labels of a fine-tuned N = 1 classifier plus the hard labels."""
 
     def __init__(self, teacher_dir: str | Path, student, *, temperature: float, weight: float, device=None):
+        super().__init__()
         if temperature <= 0 or not 0.0 <= weight <= 1.0:
             raise ValueError(f"distillation needs a temperature > 0 and a weight in [0, 1], "
                              f"got {temperature} and {weight}")
@@ -61,7 +62,7 @@ class TaskDistillation:
         self.teacher = _frozen(teacher, device or next(student.parameters()).device)
         self.temperature, self.weight = float(temperature), float(weight)
 
-    def __call__(self, model, batch: dict[str, torch.Tensor]):
+    def forward(self, model, batch: dict[str, torch.Tensor]):
         output = model(**batch)
         with torch.no_grad():
             target = self.teacher(**{key: batch[key] for key in _INPUTS if key in batch}).logits
@@ -81,11 +82,12 @@ class TaskDistillation:
         return output
 
 
-class StateDistillation:
+class StateDistillation(torch.nn.Module):
     """A plain encoder's per-instance last-layer states as targets for the demultiplexed ones,
     mixed with the retrieval loss of the priming stage."""
 
     def __init__(self, teacher_dir: str | Path, student, *, weight: float, pooling: str = "tokens", device=None):
+        super().__init__()
         if not 0.0 <= weight <= 1.0:
             raise ValueError(f"the distillation weight must lie in [0, 1], got {weight}")
         if pooling not in ("tokens", "mean"):
@@ -104,7 +106,7 @@ class StateDistillation:
         self.teacher = _frozen(teacher, device or next(student.parameters()).device)
         self.weight, self.pooling = float(weight), pooling
 
-    def __call__(self, model, batch: dict[str, torch.Tensor]) -> MuxRetrievalOutput:
+    def forward(self, model, batch: dict[str, torch.Tensor]) -> MuxRetrievalOutput:
         inputs = {key: batch[key] for key in _INPUTS if key in batch}
         aux = model(**inputs, output_demuxed=True)  # the model's own forward (a DDP wrapper syncs it)
         real = inputs["attention_mask"].to(torch.float32)

@@ -53,14 +53,14 @@ def paper_finetune(task: str | None) -> dict[str, Any]:
 
 
 # Named training recipes (``--recipe NAME``): a function of the stage and task giving the settings
-# the recipe chooses; a flag given on the command line still wins.
-def _paper(stage: str, task: str | None) -> dict[str, Any]:
+# the recipe chooses; a flag given on the command line still wins. A checkpoint trained with a
+# recipe records its name (``training_recipe`` in config.json), and the next stage started from it
+# takes the same recipe unless another is named: `finetune --init CONVERTED` fine-tunes with the
+# conversion's rates, with nothing to retype. Registered below, once the recipes they name exist.
+def _paper(stage: str, task: str | None, size: str | None) -> dict[str, Any]:
     if stage != "finetune":
         raise ValueError(f"the paper recipe covers fine-tuning (for now), not --stage {stage}")
     return paper_finetune(task)
-
-
-TRAINING_RECIPES = {"paper": _paper}
 
 
 # Composition consistency for MUX fine-tuning (benchmarks/results/curves/consistency-stability.md):
@@ -121,6 +121,9 @@ CONVERT_RECIPE: dict[str, Any] = dict(
     encoder_lr=2e-5, retrieval_softmax="in_batch", warmup_ratio=1.0, weight_decay=0.01, eval_steps=100,
     save_steps=100, logging_steps=10, num_unmuxed_layers=3,
 )
+# A converted encoder fine-tunes at 2e-4 with its encoder at 1e-4: the larger encoder rate is what the
+# converted encoder needs (benchmarks/results/curves/convert-finetune, n2-*-enc1e-4 against enc2e-4).
+CONVERTED_FINETUNE: dict[str, Any] = dict(lr=2e-4, encoder_lr=1e-4)
 # On a GPU (``muxplm convert --gpu``): the measured recipe as it is, in bf16 (seconds to minutes).
 # Not longer: three times the priming steps doubled N = 10's held-out retrieval (27 -> 56 %) but
 # fine-tuned no better on trec and 2.4 points worse on sentiment (benchmarks/README.md,
@@ -164,6 +167,32 @@ DEMO_QUICK = dict(
                   consistency_weight=0.0),
     seeds=2, throughput=dict(batch_size=64, seq_length=32, num_batches=5, trials=3, statistic="median"),
 )
+
+
+def stage_defaults(stage: str, size: str | None) -> dict[str, Any]:
+    """The settings of ``stage`` for a model of ``size``: the CPU recipe for ``tiny``, else the paper's."""
+    return dict((TINY_RECIPE if size == "tiny" else PAPER_RECIPE)[stage])
+
+
+def _convert(stage: str, task: str | None, size: str | None) -> dict[str, Any]:
+    if stage == "retrieval":
+        return {**stage_defaults(stage, size), **{key: value for key, value in CONVERT_RECIPE.items() if key != "stage"}}
+    if stage == "finetune":
+        return {**stage_defaults(stage, size), **CONVERTED_FINETUNE}
+    raise ValueError(f"the convert recipe covers the conversion's priming and the fine-tuning after it, "
+                     f"not --stage {stage}")
+
+
+def _demo(stage: str, task: str | None, size: str | None) -> dict[str, Any]:
+    section = "retrieval" if stage == "retrieval" else ("finetune" if stage == "finetune" else "mlm")
+    return {**stage_defaults(stage, "tiny"), "max_length": DEMO_FULL["max_length"],
+            "warmup_ratio": DEMO_FULL["warmup_ratio"], **DEMO_FULL[section]}
+
+
+TRAINING_RECIPES = {"paper": _paper, "demo": _demo, "convert": _convert}
+# The stages each named recipe covers: a checkpoint's recorded recipe carries on only to those.
+RECIPE_STAGES = {"paper": ("finetune",), "demo": ("retrieval", "mlm", "electra", "finetune"),
+                 "convert": ("retrieval", "finetune")}
 
 
 # --------------------------------------------------------------------------- muxplm bench reproduce

@@ -13,7 +13,9 @@ weights, tokenizer files) that the next stage's ``init`` points at.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import math
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,6 +24,7 @@ from typing import Any
 from ..checkpoints import local_folder
 from ..configuration import MuxBertConfig
 from ..data import PaddingCollator
+from ..provenance import code_version, folder_hash, source_hash
 from ..released import input_length
 from . import checkpoint as ckpt
 from .config import TrainConfig, resolve
@@ -29,8 +32,9 @@ from .consistency import CompositionConsistency
 from .distill import StateDistillation, TaskDistillation
 from .evaluate import evaluate_model
 from .inputs import load_task_features, pretraining_blocks, pretraining_collator, pretraining_evaluator
-from .loop import TrainingRun, make_accelerator, process_state, train
 from .models import build_model, read_model_config, size_of, tokenizer_for, with_bert_names
+from .recipes import RECIPE_STAGES
+from .trainer import MuxTrainer, MuxTrainingArguments, ShardedBatches
 
 logger = logging.getLogger(__name__)
 
@@ -100,42 +104,43 @@ def resolved_config(config: TrainConfig, resume_from: Path | None = None) -> Tra
     source = resume_from or config.init or config.init_encoder
     saved = read_model_config(source) if source else {}
     instances = config.num_instances or saved.get("num_instances") or (2 if config.init_encoder else 1)
-    # The paper's released checkpoints fine-tune with the paper's recipe unless another is named.
-    default = "paper" if saved.get("forward_variant") == "released" and config.stage == "finetune" else None
+    # The recipe its checkpoint was trained with (and the paper's for its released checkpoints),
+    # unless another is named.
+    default = saved.get("training_recipe") if config.init or resume_from else None
+    if config.stage not in RECIPE_STAGES.get(default, ()):
+        default = None
+    if default is None and saved.get("forward_variant") == "released" and config.stage == "finetune":
+        default = "paper"
     return resolve(config, size_of(SimpleNamespace(**with_bert_names(saved))), instances, default_recipe=default)
 
 
 def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
-    from accelerate.utils import set_seed
+    from transformers import set_seed
 
     config = resolved_config(config, resume_from)
-    accelerator = make_accelerator(config)
+    state = process_state()
     set_seed(config.seed)
     model = build_model(config, config.stage, tokenizer, {}, resume_from)
-    with accelerator.main_process_first():  # one process fetches and tokenizes; the others read its cache
+    with state.main_process_first():  # one process fetches and tokenizes; the others read its cache
         train_blocks, eval_blocks = pretraining_blocks(config, tokenizer)
     collate = pretraining_collator(config.stage, tokenizer, model, config, seed=config.seed)
     evaluate = pretraining_evaluator(config.stage, tokenizer, model, config, eval_blocks) if eval_blocks else None
-    loss_fn = None
+    loss = None
     if config.teacher:
         if config.stage != "retrieval":
             raise ValueError(f"--teacher applies to fine-tuning and to retrieval priming, not to --stage {config.stage}")
-        loss_fn = StateDistillation(config.teacher, model, weight=config.distill_weight,
-                                    pooling=config.distill_pooling, device=accelerator.device)
-    run = TrainingRun(
-        model=model, tokenizer=tokenizer, train_set=train_blocks, collate=collate, evaluate=evaluate,
-        resume_from=resume_from, best_metric=("loss", False), loss_fn=loss_fn,
-        summary={"num_instances": model.config.num_instances, "train_blocks": len(train_blocks)},
-    )
-    return train(run, config, accelerator)
+        loss = StateDistillation(config.teacher, model, weight=config.distill_weight,
+                                 pooling=config.distill_pooling, device=state.device)
+    return _train(config, model, tokenizer, train_blocks, collate, evaluate, loss, resume_from, ("loss", False),
+                  {"num_instances": model.config.num_instances, "train_blocks": len(train_blocks)})
 
 
 def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
-    from accelerate.utils import set_seed
+    from transformers import set_seed
 
     config = resolved_config(config, resume_from)
-    accelerator = make_accelerator(config)
-    with accelerator.main_process_first():  # one process fetches and tokenizes; the others read its cache
+    state = process_state()
+    with state.main_process_first():  # one process fetches and tokenizes; the others read its cache
         spec, features = load_task_features(
             tokenizer, task=config.task, train_file=config.train_file, validation_file=config.validation_file,
             task_kind=config.task_kind, max_length=config.max_length, cache_dir=config.cache_dir,
@@ -157,21 +162,194 @@ def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
         return evaluate_model(model, spec, validation, tokenizer, config.eval_batch_size, composition_seed=0,
                               shard=shard)
 
-    loss_fn = None
+    loss = None
     if config.teacher:
-        loss_fn = TaskDistillation(config.teacher, model, temperature=config.distill_temperature,
-                                   weight=config.distill_weight, device=accelerator.device)
+        loss = TaskDistillation(config.teacher, model, temperature=config.distill_temperature,
+                                weight=config.distill_weight, device=state.device)
     if config.consistency_weight:
-        loss_fn = CompositionConsistency(config.consistency_weight, inner=loss_fn)
-    run = TrainingRun(
-        model=model, tokenizer=tokenizer, train_set=features["train"],
-        collate=PaddingCollator(tokenizer, pad_to_length=input_length(model.config)),
-        evaluate=evaluate, resume_from=resume_from, loss_fn=loss_fn,
-        best_metric=(spec.metric, True),  # every task's main metric grows with quality
-        summary={"task": spec.name, "main_metric": spec.metric, "num_instances": model.config.num_instances,
-                 "train_examples": len(features["train"]), "eval_examples": len(validation)},
+        loss = CompositionConsistency(config.consistency_weight, inner=loss)
+    collate = PaddingCollator(tokenizer, pad_to_length=input_length(model.config))
+    return _train(config, model, tokenizer, features["train"], collate, evaluate, loss, resume_from,
+                  (spec.metric, True),  # every task's main metric grows with quality
+                  {"task": spec.name, "main_metric": spec.metric, "num_instances": model.config.num_instances,
+                   "train_examples": len(features["train"]), "eval_examples": len(validation)})
+
+
+# --------------------------------------------------------------------------- the Trainer's arguments
+
+
+def _cpu_processes() -> bool:
+    """Without a GPU, several processes (torchrun / accelerate launch) must use the CPU (gloo)
+    backend, which Accelerate only picks when told so. With GPUs every process needs its own:
+    more are refused here, before the first barrier (CUDA would fail there with "invalid device
+    ordinal")."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return True
+    local_processes, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count()
+    if local_processes > gpus:
+        raise ValueError(f"{local_processes} processes on this machine but {gpus} GPU(s): start one process per GPU "
+                         f"(torchrun --nproc-per-node {gpus}), or hide the GPUs (CUDA_VISIBLE_DEVICES=) to train "
+                         f"in CPU processes")
+    return False
+
+
+def process_state():
+    """Accelerate's process state, set up as the Trainer's arguments will (the first set-up of
+    the shared state decides the backend: a plain ``PartialState()`` would leave CPU processes
+    ungrouped, each believing it is the main one)."""
+    from accelerate import PartialState
+
+    return PartialState(cpu=_cpu_processes())
+
+
+def _precision(setting: str) -> str:
+    import torch
+
+    from ..devices import check_cpu_bf16
+
+    if setting == "auto":
+        if torch.cuda.is_available():
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+        return "no"
+    if setting == "fp16" and not torch.cuda.is_available():
+        raise ValueError("--mixed-precision fp16 needs a CUDA GPU; on the CPU use bf16 or no")
+    if setting == "bf16" and not torch.cuda.is_available():
+        check_cpu_bf16("--mixed-precision bf16", "--mixed-precision no")
+    return setting
+
+
+def reporting(report_to: list[str] | None) -> list[str]:
+    """The Trainer's reporting integrations named by ``--report-to`` (TensorBoard when installed
+    if unset). One of transformers' own whose package is missing is refused here, naming the
+    package (the Trainer would fail later, in its callback); a registered third-party one is
+    taken as it is."""
+    from transformers.integrations import INTEGRATION_TO_CALLBACK, get_available_reporting_integrations
+
+    available = set(get_available_reporting_integrations())
+    if report_to is None:
+        return ["tensorboard"] if "tensorboard" in available else ["none"]
+    for name in report_to:
+        if name not in (*INTEGRATION_TO_CALLBACK, "all", "none"):
+            raise ValueError(f"--report-to {name}: not a reporting integration; choose among "
+                             f"{', '.join(sorted(INTEGRATION_TO_CALLBACK))}, all or none")
+        own = name in INTEGRATION_TO_CALLBACK and INTEGRATION_TO_CALLBACK[name].__module__.startswith("transformers.")
+        if own and name not in available:
+            raise ValueError(f"--report-to {name}: the {name} package is not installed (pip install {name})")
+    return list(report_to) or ["none"]
+
+
+def training_arguments(config: TrainConfig, num_examples: int, best_metric: tuple[str, bool] | None
+                       ) -> MuxTrainingArguments:
+    """The Trainer's arguments of a resolved ``config``: the run's length in optimizer steps
+    (epochs of whole global batches, at least ``min_steps``), the warm-up in steps, and the
+    evaluation, checkpoint and logging intervals; ``best_metric`` (name, greater is better)
+    ranks checkpoints when the run evaluates."""
+    state = process_state()
+    precision = _precision(config.mixed_precision)
+    accumulation = config.gradient_accumulation_steps
+    per_epoch = math.ceil(max(1, num_examples // (config.batch_size * state.num_processes)) / accumulation)
+    total = config.max_steps or max(1, config.min_steps or 1, math.ceil(config.num_epochs * per_epoch))
+    warmup = config.warmup_steps if config.warmup_steps is not None else round(config.warmup_ratio * total)
+    load_best = bool(config.load_best_at_end or config.early_stopping_patience)
+    if load_best and best_metric is None:
+        option = "early_stopping_patience" if config.early_stopping_patience else "load_best_at_end"
+        raise ValueError(f"{option} needs an evaluation set to rank checkpoints, and this run has none")
+    workers = config.dataloader_workers if config.dataloader_workers is not None else 2 * (state.device.type == "cuda")
+    return MuxTrainingArguments(
+        output_dir=config.output_dir, max_steps=total, per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=config.eval_batch_size, gradient_accumulation_steps=accumulation,
+        learning_rate=config.lr, encoder_learning_rate=config.encoder_lr, weight_decay=config.weight_decay,
+        adam_epsilon=config.adam_eps, max_grad_norm=config.max_grad_norm or 0.0, lr_scheduler_type="linear",
+        warmup_steps=warmup, seed=config.seed, bf16=precision == "bf16", fp16=precision == "fp16",
+        use_cpu=state.device.type == "cpu", ddp_find_unused_parameters=False,
+        eval_strategy="steps" if best_metric else "no", eval_steps=config.eval_steps,
+        save_strategy="steps", save_steps=config.save_steps, save_total_limit=config.save_total_limit,
+        logging_strategy="steps", logging_steps=config.logging_steps,
+        load_best_model_at_end=load_best, metric_for_best_model=best_metric[0] if best_metric else None,
+        greater_is_better=best_metric[1] if best_metric else None,
+        report_to=reporting(config.report_to), disable_tqdm=not config.progress,
+        dataloader_num_workers=workers, remove_unused_columns=False, group_by_length=bool(config.group_by_length),
+        start_unmuxed_layers=config.start_unmuxed_layers, num_unmuxed_layers=config.num_unmuxed_layers,
     )
-    return train(run, config, accelerator)
+
+
+def _train(config: TrainConfig, model, tokenizer, train_set, collate, evaluate, loss, resume_from: Path | None,
+           best_metric: tuple[str, bool], facts: dict[str, Any]) -> dict[str, Any]:
+    """Train with MuxTrainer, then publish the final model and ``train_results.json``."""
+    from transformers import EarlyStoppingCallback
+
+    args = training_arguments(config, len(train_set), best_metric if evaluate else None)
+    if config.recipe and config.stage != "finetune":
+        model.config.training_recipe = config.recipe  # the next stage started from it takes it too
+    provenance = {"source_hash": source_hash(),
+                  "init_encoder_sha256": folder_hash(config.init_encoder) if config.init_encoder else None}
+    trainer = MuxTrainer(
+        model=model, args=args, train_dataset=train_set, data_collator=collate, processing_class=tokenizer,
+        loss=loss, evaluator=evaluate, description=config.stage,
+        run_facts={"config": json.loads(json.dumps(config.to_dict(), default=str)), **provenance},
+        callbacks=[EarlyStoppingCallback(config.early_stopping_patience)] if config.early_stopping_patience else None)
+    if args.should_save:
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(config.output_dir) / "train_config.json").write_text(json.dumps(config.to_dict(), indent=1, default=str))
+    start = ckpt.run_record(resume_from)["step"] if resume_from else 0  # before rotation may remove it
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    summary = _summary(trainer, config, start, best_metric, {**facts, **provenance})
+    trainer.accelerator.wait_for_everyone()  # no rank may still read the run folder while it is swapped
+    if args.should_save:
+        def write(folder: Path) -> None:
+            trainer.accelerator.unwrap_model(trainer.model).save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            ckpt.write_json_atomic(folder / "train_results.json", summary)
+
+        ckpt.publish_final(config.output_dir, write)
+    trainer.accelerator.wait_for_everyone()
+    return summary
+
+
+def _summary(trainer: MuxTrainer, config: TrainConfig, start: int, best_metric: tuple[str, bool],
+             facts: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from accelerate.utils import gather_object
+
+    state, args = trainer.state, trainer.args
+    run = trainer.run_state()
+    trained = run.elapsed()
+    session = trained - getattr(run, "_earlier", run.train_seconds)
+    evaluations = {record["step"]: {k.removeprefix("eval_"): v for k, v in record.items() if k.startswith("eval_")}
+                   for record in state.log_history if any(k.startswith("eval_") for k in record)}
+    losses = [record["loss"] for record in state.log_history if "loss" in record]
+    samples_per_step = args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
+    batches = ShardedBatches(len(trainer.train_dataset), args.per_device_train_batch_size, args.world_size,
+                             args.process_index, args.seed)
+    per_epoch = math.ceil(batches.batches_per_epoch / args.gradient_accumulation_steps)
+    epoch, update = divmod(start, per_epoch)
+    first_ids = batches.indices(epoch * batches.batches_per_epoch + update * args.gradient_accumulation_steps)
+    # Every rank's sum of its weights: equal on all ranks when gradients were synchronised.
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    weight_sum = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)
+    summary = {
+        "stage": config.stage, "final_step": state.global_step, "total_steps": state.max_steps,
+        "resumed_from_step": start, "world_size": args.world_size, "train_seconds": trained,
+        "session_seconds": session,
+        "train_samples_per_s": (state.global_step - start) * samples_per_step / max(session, 1e-9),
+        "final_loss": losses[-1] if losses else None,
+        "eval": evaluations.get(state.global_step) or (evaluations[max(evaluations)] if evaluations else None),
+        "stopped_early": state.global_step < state.max_steps,
+        "first_batch_ids_per_rank": gather_object([first_ids]),
+        "weight_sum_per_rank": trainer.accelerator.gather(weight_sum.to(args.device)).tolist(),
+        "code": code_version(), **facts,
+    }
+    if not config.init_encoder:
+        summary.pop("init_encoder_sha256", None)
+    if state.best_model_checkpoint and state.best_global_step:
+        summary["best_checkpoint"] = {"path": state.best_model_checkpoint, "step": state.best_global_step,
+                                      "metric": best_metric[0], "value": state.best_metric,
+                                      "greater_is_better": best_metric[1]}
+        if args.load_best_model_at_end and state.best_global_step != state.global_step:
+            summary["eval"], summary["loaded_best"] = evaluations.get(state.best_global_step), True
+    return summary
 
 
 def pretrain(config: TrainConfig | None = None, **settings) -> dict[str, Any]:
