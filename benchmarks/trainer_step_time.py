@@ -32,6 +32,13 @@ SETTINGS = {
 TARGET = 1.10
 
 
+def _cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
 def _run(src: Path, setting: list[str], steps: int, logging_steps: int, folder: Path) -> float:
     """Seconds per step of one fine-tuning run of the code in ``src``."""
     env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
@@ -79,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps({
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "machine": f"{_cpu_name()}, {os.cpu_count()} cores",
             "date": time.strftime("%Y-%m-%d"), "commit": commit, "target_ratio": TARGET, "settings": results,
         }, indent=1))
     return 0 if all(row["ratio"] <= TARGET for row in results.values()) else 1

@@ -292,12 +292,12 @@ def _file_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _train(args) -> int:
+    from .stages import run_command
     from .trainer import TrainingDiverged
-    from .stages import run_stage
 
     config = config_from_args(args)
     try:
-        summary = run_stage(config)
+        summary = run_command(config)
     except TrainingDiverged as error:
         print(f"muxplm {args.command}: training diverged: {error}", file=sys.stderr)
         return 1
@@ -316,8 +316,8 @@ def _report(summary: dict, closing: str) -> None:
 
 
 def _convert(args) -> int:
-    from .convert import conversion_config
-    from .stages import run_stage
+    from .convert import conversion_config, conversion_with_mlm
+    from .stages import after_priming, run_stage
 
     file_settings = _file_settings(args)
     flags = _given_settings(args)
@@ -326,7 +326,8 @@ def _convert(args) -> int:
         raise ValueError("give --output-dir (where the converted model goes)")
     instances = flags.pop("num_instances", None) or file_settings.pop("num_instances", None)
     config = conversion_config(args.plain_model_dir, instances, output_dir, file_settings, gpu=args.gpu, **flags)
-    _report(run_stage(config),
+    summary = run_stage(config) if not config.mlm_steps else after_priming(*conversion_with_mlm(config))
+    _report(summary,
             f"converted N={config.num_instances} model saved to {config.output_dir}; fine-tune it with "
             f"`muxplm finetune --init {config.output_dir} --task ...` (it takes the conversion's recipe: lr 2e-4, "
             f"encoder lr 1e-4)")

@@ -186,6 +186,9 @@ class TrainConfig:
                                            commands=PRIMING)
     corpus_sources: list[str] | None = setting(help="parts of the built-in corpus to use (default: all)",
                                                group="data", commands=PRIMING, metavar="NAME")
+    mlm_steps: int | None = setting(
+        help="after the priming, this many steps of MLM on mixtures (with the auxiliary retrieval loss) into "
+             "--output-dir; the priming goes to OUTPUT_DIR/priming", group="objective", commands=(CONVERT,))
     mlm_probability: float = setting(0.15, "--stage mlm: share of each instance's tokens masked (electra replaces "
                                            "its model config's replace_probability)",
                                      group="objective", commands=(PRETRAIN,))
@@ -273,15 +276,22 @@ def recipe_for(stage: str, size: str | None, name: str | None = None, task: str 
     return stage_defaults(stage, size)
 
 
-def resolve(config: TrainConfig, size: str | None, num_instances: int = 1, default_recipe: str | None = None
-            ) -> TrainConfig:
+def resolve(config: TrainConfig, size: str | None, num_instances: int = 1, default_recipe: str | None = None,
+            world_size: int = 1) -> TrainConfig:
     """A copy of ``config`` with every unset hyper-parameter taken from its recipe: ``--recipe``
     (else ``default_recipe``, the one a checkpoint calls for), else the one for its stage and
     model size (``size`` = the preset name, or the preset the loaded model matches);
-    ``num_instances`` turns a batch given in groups into instances."""
+    ``num_instances`` turns a batch given in groups into instances, ``world_size`` a recipe's
+    global batch into one per process."""
     values = config.to_dict()
     values["recipe"] = config.recipe or default_recipe
     recipe = for_instances(recipe_for(config.stage, size, values["recipe"], config.task), num_instances)
+    global_batch = recipe.pop("global_batch_size", None)  # sequences a step over all processes
+    if values["batch_size"] is None and values["batch_groups"] is None and global_batch:
+        if global_batch % world_size:
+            raise ValueError(f"the {values['recipe']} recipe's global batch of {global_batch} does not split over "
+                             f"{world_size} processes: give --batch-size (per process)")
+        values["batch_size"] = global_batch // world_size
     if values["batch_size"] is None and values["batch_groups"] is None:
         values["batch_groups"] = recipe.pop("batch_groups", None)
     if values["batch_size"] is None and values["batch_groups"] is not None:
@@ -346,7 +356,7 @@ def validate(config: TrainConfig) -> None:
         value = getattr(config, name)
         if value is not None and value <= 0:
             raise ValueError(f"{name} must be positive, got {value}")
-    for name in ("max_steps", "min_steps", "eval_steps", "save_steps", "logging_steps"):
+    for name in ("max_steps", "min_steps", "eval_steps", "save_steps", "logging_steps", "mlm_steps"):
         value = getattr(config, name)
         if value is not None and value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")

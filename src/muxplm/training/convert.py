@@ -11,6 +11,7 @@ overridden (flags, ``--config`` file, or keyword arguments of :func:`convert`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -65,11 +66,28 @@ def conversion_config(plain_dir: str | Path, num_instances: int, output_dir: str
                         **overrides, output_dir=str(output_dir))
 
 
+# What the MLM stage after a conversion's priming shares with it: the block length, the corpus and
+# the run's bookkeeping.
+_CARRIED = ("max_length", "train_file", "dataset", "preprocessing_num_workers", "cache_dir", "corpus_max_words", "corpus_sources",
+            "seed", "mixed_precision", "dataloader_workers", "report_to", "progress", "resume")
+
+
+def conversion_with_mlm(config: TrainConfig) -> tuple[TrainConfig, TrainConfig]:
+    """``convert --mlm-steps S``: the conversion's priming into ``OUTPUT_DIR/priming``, then S steps
+    of MLM on mixtures (the convert recipe's: auxiliary retrieval loss, encoder at 1e-4) into
+    ``OUTPUT_DIR`` (a ``teacher`` distils in the priming only)."""
+    priming = dataclasses.replace(config, output_dir=str(Path(config.output_dir) / "priming"), mlm_steps=None)
+    carried = {name: getattr(config, name) for name in _CARRIED}
+    return priming, TrainConfig(stage="mlm", output_dir=config.output_dir, recipe="convert", max_steps=config.mlm_steps,
+                                **carried)
+
+
 def convert(plain_dir: str | Path, num_instances: int, output_dir: str | Path, gpu: bool = False,
             **overrides) -> dict[str, Any]:
     """Convert the plain encoder in ``plain_dir`` into an N-instance MUX model in
     ``output_dir`` (``gpu``: with the GPU recipe); returns the run summary. ``overrides`` are
     :class:`TrainConfig` fields."""
-    from .stages import run_stage
+    from .stages import after_priming, run_stage
 
-    return run_stage(conversion_config(plain_dir, num_instances, output_dir, gpu=gpu, **overrides))
+    config = conversion_config(plain_dir, num_instances, output_dir, gpu=gpu, **overrides)
+    return run_stage(config) if not config.mlm_steps else after_priming(*conversion_with_mlm(config))

@@ -26,6 +26,18 @@ PAPER_RECIPE = {
 }
 PAPER_RECIPE["electra"] = dict(PAPER_RECIPE["mlm"])
 
+# The paper's pre-training as one command (``pretrain --recipe paper-small|paper-base|paper-large``,
+# DESIGN.md §2): a fresh model of that size, primed 10k steps at 1e-4 when N > 1, then MLM or ELECTRA
+# at 1e-4 (AdamW eps 1e-6, 10k warm-up, linear decay, dropout 0.1) on global batches of 256
+# sequences of 512 tokens (split over the processes) for 1M steps.
+PAPER_PRETRAINING = {
+    "retrieval": dict(lr=1e-4, global_batch_size=256, max_length=512, max_steps=10_000, warmup_steps=1_000,
+                      weight_decay=0.01, adam_eps=1e-6, dropout=0.1),
+    "mlm": dict(lr=1e-4, global_batch_size=256, max_length=512, max_steps=1_000_000, warmup_steps=10_000,
+                weight_decay=0.01, adam_eps=1e-6, dropout=0.1),
+}
+PAPER_PRETRAINING["electra"] = dict(PAPER_PRETRAINING["mlm"])
+
 # The paper's fine-tuning (its table of fine-tuning hyper-parameters, and the steps of its GLUE
 # runs): AdamW at 5e-5 (2e-5 is the other value of its grid), epsilon 1e-8, warm-up over the first
 # tenth, linear decay, no weight decay, 32 groups of N inputs a step, 128 tokens, steps by task, the
@@ -121,6 +133,12 @@ CONVERT_RECIPE: dict[str, Any] = dict(
     encoder_lr=2e-5, retrieval_softmax="in_batch", warmup_ratio=1.0, weight_decay=0.01, eval_steps=100,
     save_steps=100, logging_steps=10, num_unmuxed_layers=3,
 )
+# `convert --mlm-steps S`: S steps of MLM on mixtures after the priming, with the auxiliary retrieval
+# loss (r = 0.2), lr 5e-4 for the fresh MLM head and 1e-4 for the encoder, warm-up over the first
+# tenth (the settings of benchmarks/run_cpu_convert_mlm_k0.sh, results/convert-mlm-k0*), on blocks
+# of the priming's length.
+CONVERT_MLM: dict[str, Any] = dict(retrieval_loss_weight=0.2, lr=5e-4, encoder_lr=1e-4, warmup_ratio=0.1,
+                                   warmup_steps=None, batch_groups=32, weight_decay=0.01)
 # A converted encoder fine-tunes at 2e-4 with its encoder at 1e-4: the larger encoder rate is what the
 # converted encoder needs (benchmarks/results/curves/convert-finetune, n2-*-enc1e-4 against enc2e-4).
 CONVERTED_FINETUNE: dict[str, Any] = dict(lr=2e-4, encoder_lr=1e-4)
@@ -179,6 +197,8 @@ def _convert(stage: str, task: str | None, size: str | None) -> dict[str, Any]:
         return {**stage_defaults(stage, size), **{key: value for key, value in CONVERT_RECIPE.items() if key != "stage"}}
     if stage == "finetune":
         return {**stage_defaults(stage, size), **CONVERTED_FINETUNE}
+    if stage == "mlm":
+        return {**stage_defaults(stage, size), **CONVERT_MLM}
     raise ValueError(f"the convert recipe covers the conversion's priming and the fine-tuning after it, "
                      f"not --stage {stage}")
 
@@ -189,10 +209,25 @@ def _demo(stage: str, task: str | None, size: str | None) -> dict[str, Any]:
             "warmup_ratio": DEMO_FULL["warmup_ratio"], **DEMO_FULL[section]}
 
 
-TRAINING_RECIPES = {"paper": _paper, "demo": _demo, "convert": _convert}
+def _paper_pretraining(size: str):
+    """The paper's pre-training of a fresh ``size`` model (``pretrain --recipe paper-SIZE``)."""
+
+    def recipe(stage: str, task: str | None, _size: str | None) -> dict[str, Any]:
+        if stage == "finetune":
+            return paper_finetune(task)
+        return {**stage_defaults(stage, size), **PAPER_PRETRAINING[stage]}
+
+    return recipe
+
+
+TRAINING_RECIPES = {"paper": _paper, "demo": _demo, "convert": _convert,
+                    **{f"paper-{size}": _paper_pretraining(size) for size in ("small", "base", "large")}}
 # The stages each named recipe covers: a checkpoint's recorded recipe carries on only to those.
 RECIPE_STAGES = {"paper": ("finetune",), "demo": ("retrieval", "mlm", "electra", "finetune"),
-                 "convert": ("retrieval", "finetune")}
+                 "convert": ("retrieval", "mlm", "finetune"),
+                 **{f"paper-{size}": ("retrieval", "mlm", "electra", "finetune") for size in ("small", "base", "large")}}
+# The recipes that pre-train in two stages from one command: priming, then MLM / ELECTRA from it.
+PRIMED_RECIPES = tuple(f"paper-{size}" for size in ("small", "base", "large"))
 
 
 # --------------------------------------------------------------------------- muxplm bench reproduce

@@ -33,7 +33,7 @@ from .distill import StateDistillation, TaskDistillation
 from .evaluate import evaluate_model
 from .inputs import load_task_features, pretraining_blocks, pretraining_collator, pretraining_evaluator
 from .models import build_model, read_model_config, size_of, tokenizer_for, with_bert_names
-from .recipes import RECIPE_STAGES
+from .recipes import PRIMED_RECIPES, RECIPE_STAGES
 from .trainer import MuxTrainer, MuxTrainingArguments, ShardedBatches
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,8 @@ def resolved_config(config: TrainConfig, resume_from: Path | None = None) -> Tra
         default = None
     if default is None and saved.get("forward_variant") == "released" and config.stage == "finetune":
         default = "paper"
-    return resolve(config, size_of(SimpleNamespace(**with_bert_names(saved))), instances, default_recipe=default)
+    return resolve(config, size_of(SimpleNamespace(**with_bert_names(saved))), instances, default_recipe=default,
+                   world_size=process_state().num_processes)
 
 
 def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
@@ -350,6 +351,43 @@ def _summary(trainer: MuxTrainer, config: TrainConfig, start: int, best_metric: 
         if args.load_best_model_at_end and state.best_global_step != state.global_step:
             summary["eval"], summary["loaded_best"] = evaluations.get(state.best_global_step), True
     return summary
+
+
+# --------------------------------------------------------------------------- primed pre-training
+
+
+def after_priming(priming: TrainConfig, then: TrainConfig) -> dict[str, Any]:
+    """Two stages from one command: ``priming`` (into its own folder; skipped when it finished
+    there before), then ``then`` started from it. Returns the second stage's summary."""
+    folder = Path(priming.output_dir)
+    if not (folder / "train_results.json").is_file():
+        run_stage(dataclasses.replace(priming, resume=priming.resume and folder.is_dir()))
+    # The second stage starts from the primed model: the settings that build a fresh one are done with.
+    return run_stage(dataclasses.replace(then, init=str(folder), init_encoder=None, preset=None, keep_layers=None,
+                                         model_overrides=type(then.model_overrides)(), family=None))
+
+
+def primed_pretraining(config: TrainConfig) -> tuple[TrainConfig, TrainConfig] | None:
+    """The priming and the pre-training of ``pretrain --recipe paper-SIZE`` for a fresh model of
+    that size (``None`` when the command trains one stage: another recipe, an ``--init`` or
+    ``--stage retrieval``, or N = 1, which has nothing to retrieve)."""
+    if config.recipe not in PRIMED_RECIPES or config.stage == "retrieval" or config.init or config.init_encoder:
+        return None
+    fresh = dataclasses.replace(config, preset=config.preset or config.recipe.removeprefix("paper-"))
+    if (config.num_instances or 2) == 1:
+        return None if config.preset else (fresh, fresh)
+    priming = dataclasses.replace(fresh, stage="retrieval", output_dir=str(Path(config.output_dir) / "priming"))
+    return priming, fresh
+
+
+def run_command(config: TrainConfig) -> dict[str, Any]:
+    """What ``muxplm pretrain`` / ``finetune`` run: one stage, or the paper's priming and
+    pre-training (``--recipe paper-SIZE``)."""
+    stages = primed_pretraining(config)
+    if stages is None:
+        return run_stage(config)
+    priming, then = stages
+    return run_stage(then) if priming is then else after_priming(priming, then)
 
 
 def pretrain(config: TrainConfig | None = None, **settings) -> dict[str, Any]:
