@@ -45,9 +45,10 @@ def expand_files(patterns: Sequence[str | Path]) -> dict[str, list[str]]:
 
 
 def load_corpus(train_files: Sequence[str | Path] = (), datasets: Sequence[str] = (), cache_dir=None,
-                num_proc: int | None = None):
+                num_proc: int | None = None, streaming: bool = False):
     """The pre-training text of ``train_files`` and hub ``datasets`` (``NAME`` or
-    ``NAME:CONFIG``, their ``train`` split), one ``text`` column, memory-mapped from the cache.
+    ``NAME:CONFIG``, their ``train`` split), one ``text`` column, memory-mapped from the cache;
+    with ``streaming``, an ``IterableDataset`` read as it goes (nothing prepared or cached).
 
     Text files give a row per line (blocks are packed from the token stream, so line breaks do not
     matter); JSONL and parquet files, and hub datasets, need a ``text`` column."""
@@ -56,15 +57,17 @@ def load_corpus(train_files: Sequence[str | Path] = (), datasets: Sequence[str] 
     parts = []
     for builder, files in expand_files(train_files).items():
         options = {"sample_by": "line"} if builder == "text" else {}
-        # Files are read in parallel, one process per file at most.
-        workers = min(num_proc or 1, len(files))
-        part = load_dataset(builder, data_files=files, split="train", cache_dir=_cache(cache_dir),
-                            num_proc=workers if workers > 1 else None, **options)
+        if streaming:
+            options["streaming"] = True
+        else:  # files are read in parallel, one process per file at most
+            workers = min(num_proc or 1, len(files))
+            options["num_proc"] = workers if workers > 1 else None
+        part = load_dataset(builder, data_files=files, split="train", cache_dir=_cache(cache_dir), **options)
         parts.append(_text_column(part, ", ".join(files)))
     for name in datasets:
         path, _, config = str(name).partition(":")
-        part = load_dataset(path, config or None, split="train", cache_dir=_cache(cache_dir),
-                            num_proc=num_proc if num_proc and num_proc > 1 else None)
+        options = {"streaming": True} if streaming else {"num_proc": num_proc if num_proc and num_proc > 1 else None}
+        part = load_dataset(path, config or None, split="train", cache_dir=_cache(cache_dir), **options)
         parts.append(_text_column(part, f"--dataset {name}"))
     if not parts:
         raise ValueError("no pre-training text: give --train-file or --dataset")
@@ -72,6 +75,6 @@ def load_corpus(train_files: Sequence[str | Path] = (), datasets: Sequence[str] 
 
 
 def _text_column(part, source: str):
-    if "text" not in part.column_names:
+    if part.column_names is not None and "text" not in part.column_names:  # a stream may not know its columns
         raise ValueError(f"{source}: no 'text' column (found {', '.join(part.column_names)})")
     return part.select_columns(["text"])

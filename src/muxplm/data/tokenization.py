@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, IterableDataset
 
 from ..metrics import IGNORE_INDEX
 
@@ -54,6 +54,8 @@ def _map(ds, fn, desc: str, num_proc: int | None = None):
     (cached on disk by ``datasets`` when the dataset comes from its cache files)."""
     if isinstance(ds, DatasetDict):
         return DatasetDict({k: _map(v, fn, desc, num_proc) for k, v in ds.items()})
+    if isinstance(ds, IterableDataset):  # mapped lazily, as the stream is read
+        return ds.map(fn, batched=True, remove_columns=ds.column_names or ["text"])
     workers = num_proc if num_proc and num_proc > 1 and len(ds) >= 2 * num_proc else None
     return ds.map(fn, batched=True, remove_columns=ds.column_names, desc=desc, num_proc=workers)
 

@@ -171,6 +171,10 @@ class TrainConfig:
         [], "hub datasets of pre-training text, by name (NAME or NAME:CONFIG; their train split, a text column), "
             "with or instead of --train-file; several are read one after the other, e.g. --dataset "
             "wikimedia/wikipedia:20231101.en bookcorpus", group="data", commands=PRIMING, metavar="NAME")
+    streaming: bool = setting(
+        False, "read --train-file / --dataset as a stream (nothing prepared or cached first): for corpora too large "
+               "to prepare; blocks are shuffled within windows of 10,000, and a resume continues the stream exactly",
+        group="data", commands=PRIMING)
     preprocessing_num_workers: int | None = setting(
         help="processes that read and tokenize the pre-training text, once per corpus (default: every core)",
         group="data", commands=PRIMING)

@@ -95,6 +95,8 @@ def pretraining_blocks(config: TrainConfig, tokenizer):
     files of any size are read, tokenized and packed once into ``datasets``' on-disk cache
     (:func:`muxplm.data.load_corpus`) and memory-mapped from there by every later run."""
     workers = config.preprocessing_num_workers or preparation_processes()
+    if config.streaming:
+        return _streamed_blocks(config, tokenizer)
     if config.train_file or config.dataset:
         texts = load_corpus(config.train_file, config.dataset, cache_dir=config.cache_dir, num_proc=workers)
     else:
@@ -113,6 +115,23 @@ def pretraining_blocks(config: TrainConfig, tokenizer):
         return blocks, None
     split = blocks.train_test_split(test_size=held_out, seed=0, shuffle=True)
     return split["train"], split["test"]
+
+
+def _streamed_blocks(config: TrainConfig, tokenizer):
+    """``--streaming``: the blocks of the stream as it is read (an ``IterableDataset``), after its
+    first ``PRETRAIN_EVAL_BLOCKS`` blocks, which are held out for evaluation."""
+    from datasets import Dataset
+
+    if not (config.train_file or config.dataset):
+        raise ValueError("--streaming reads --train-file or --dataset; the built-in corpus is prepared instead")
+    texts = load_corpus(config.train_file, config.dataset, cache_dir=config.cache_dir, streaming=True)
+    blocks = tokenize_pretraining(texts.select_columns(["text"]), tokenizer, max_length=config.max_length)
+    if config.stage == "retrieval":
+        blocks = blocks.remove_columns("special_tokens_mask")
+    held_out = list(blocks.take(PRETRAIN_EVAL_BLOCKS))
+    if not held_out:
+        raise ValueError(f"the pre-training text is empty: it gave no token blocks ({', '.join(map(str, config.train_file or config.dataset))})")
+    return blocks.skip(len(held_out)), Dataset.from_list(held_out)
 
 
 def preparation_processes() -> int:

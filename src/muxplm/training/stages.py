@@ -132,8 +132,9 @@ def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
             raise ValueError(f"--teacher applies to fine-tuning and to retrieval priming, not to --stage {config.stage}")
         loss = StateDistillation(config.teacher, model, weight=config.distill_weight,
                                  pooling=config.distill_pooling, device=state.device)
+    streamed = not hasattr(train_blocks, "__len__")
     return _train(config, model, tokenizer, train_blocks, collate, evaluate, loss, resume_from, ("loss", False),
-                  {"num_instances": model.config.num_instances, "train_blocks": len(train_blocks)})
+                  {"num_instances": model.config.num_instances, "train_blocks": None if streamed else len(train_blocks)})
 
 
 def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
@@ -241,7 +242,7 @@ def reporting(report_to: list[str] | None) -> list[str]:
     return list(report_to) or ["none"]
 
 
-def training_arguments(config: TrainConfig, num_examples: int, best_metric: tuple[str, bool] | None
+def training_arguments(config: TrainConfig, num_examples: int | None, best_metric: tuple[str, bool] | None
                        ) -> MuxTrainingArguments:
     """The Trainer's arguments of a resolved ``config``: the run's length in optimizer steps
     (epochs of whole global batches, at least ``min_steps``), the warm-up in steps, and the
@@ -250,7 +251,10 @@ def training_arguments(config: TrainConfig, num_examples: int, best_metric: tupl
     state = process_state()
     precision = _precision(config.mixed_precision)
     accumulation = config.gradient_accumulation_steps
-    per_epoch = math.ceil(max(1, num_examples // (config.batch_size * state.num_processes)) / accumulation)
+    if num_examples is None and not config.max_steps:
+        raise ValueError("--streaming trains for --max-steps steps: a stream's length is not known in advance")
+    if num_examples is not None:
+        per_epoch = math.ceil(max(1, num_examples // (config.batch_size * state.num_processes)) / accumulation)
     total = config.max_steps or max(1, config.min_steps or 1, math.ceil(config.num_epochs * per_epoch))
     warmup = config.warmup_steps if config.warmup_steps is not None else round(config.warmup_ratio * total)
     load_best = bool(config.load_best_at_end or config.early_stopping_patience)
@@ -281,7 +285,8 @@ def _train(config: TrainConfig, model, tokenizer, train_set, collate, evaluate, 
     """Train with MuxTrainer, then publish the final model and ``train_results.json``."""
     from transformers import EarlyStoppingCallback
 
-    args = training_arguments(config, len(train_set), best_metric if evaluate else None)
+    args = training_arguments(config, len(train_set) if hasattr(train_set, "__len__") else None,
+                              best_metric if evaluate else None)
     if config.recipe and config.stage != "finetune":
         model.config.training_recipe = config.recipe  # the next stage started from it takes it too
     provenance = {"source_hash": source_hash(),
@@ -322,11 +327,12 @@ def _summary(trainer: MuxTrainer, config: TrainConfig, start: int, best_metric: 
                    for record in state.log_history if any(k.startswith("eval_") for k in record)}
     losses = [record["loss"] for record in state.log_history if "loss" in record]
     samples_per_step = args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
-    batches = ShardedBatches(len(trainer.train_dataset), args.per_device_train_batch_size, args.world_size,
-                             args.process_index, args.seed)
-    per_epoch = math.ceil(batches.batches_per_epoch / args.gradient_accumulation_steps)
-    epoch, update = divmod(start, per_epoch)
-    first_ids = batches.indices(epoch * batches.batches_per_epoch + update * args.gradient_accumulation_steps)
+    first_ids = None  # the examples of this session's first micro-batch (not known for a stream)
+    if hasattr(trainer.train_dataset, "__len__"):
+        batches = ShardedBatches(len(trainer.train_dataset), args.per_device_train_batch_size, args.world_size,
+                                 args.process_index, args.seed)
+        epoch, update = divmod(start, math.ceil(batches.batches_per_epoch / args.gradient_accumulation_steps))
+        first_ids = batches.indices(epoch * batches.batches_per_epoch + update * args.gradient_accumulation_steps)
     # Every rank's sum of its weights: equal on all ranks when gradients were synchronised.
     model = trainer.accelerator.unwrap_model(trainer.model)
     weight_sum = torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().reshape(1)

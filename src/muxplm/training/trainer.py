@@ -24,6 +24,8 @@ the reporting integrations (``report_to``), ``push_to_hub``, ``checkpoint-N`` fo
 from __future__ import annotations
 
 import contextlib
+import copy
+import itertools
 import json
 import math
 import os
@@ -65,6 +67,8 @@ class MuxTrainingArguments(TrainingArguments):
         "help": "with start_unmuxed_layers: the unmuxed layers the run ends with (default: the model's own)"})
     group_by_length: bool = field(default=False, metadata={
         "help": "batches of similar lengths (sorted within pools of 50 batches, then shuffled): less padding"})
+    stream_shuffle_window: int = field(default=10_000, metadata={
+        "help": "a streamed training set is shuffled within windows of this many rows"})
     logging_nan_inf_filter: bool = False
     restore_callback_states_from_checkpoint: bool = True
 
@@ -178,6 +182,67 @@ class MicroBatchLoader(torch.utils.data.DataLoader):
         resumed = MicroBatchLoader(*self.settings, start=count)
         resumed.set_epoch(self.sampler.epoch)
         return resumed
+
+
+class ShuffledStream(torch.utils.data.IterableDataset):
+    """A stream's rows (this rank's share of a ``datasets.IterableDataset``) in a shuffled order
+    that a checkpoint can resume exactly: read ``window`` rows at a time, each window permuted by
+    (seed, epoch, window index). Its state is the source's state where the window began and the
+    position in it; a resume reads that window again and goes on from the position. (A shuffle
+    buffer would lose its contents on resume.)"""
+
+    def __init__(self, source, seed: int, window: int = 10_000):
+        self.source, self.seed, self.window, self.epoch = source, seed, window, 0
+        self.position: dict[str, Any] = {"epoch": 0, "source": None, "window": 0, "taken": 0}
+        self._resume: dict[str, Any] | None = None
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.source.set_epoch(epoch)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._resume = dict(state)
+        self.set_epoch(state["epoch"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return dict(self.position)
+
+    def __iter__(self):
+        start = self._resume or {"source": None, "window": 0, "taken": 0}
+        self._resume = None
+        if start["source"] is not None:
+            self.source.load_state_dict(start["source"])
+        rows, index, taken, at = iter(self.source), start["window"], start["taken"], start["source"]
+        while True:
+            window = list(itertools.islice(rows, self.window))
+            if not window:
+                return
+            order = torch.randperm(len(window), generator=torch.Generator().manual_seed(
+                (self.seed * 1_000_003 + self.epoch) * 1_000_003 + index)).tolist()
+            for k in range(taken, len(window)):
+                self.position = {"epoch": self.epoch, "source": at, "window": index, "taken": k + 1}
+                yield window[order[k]]
+            at, index, taken = copy.deepcopy(self.source.state_dict()), index + 1, 0
+
+
+class StreamLoader(torch.utils.data.DataLoader):
+    """This rank's micro-batches of a stream: ``batch_size`` rows of a :class:`ShuffledStream`,
+    collated with random draws seeded by the micro-batch's index (as :class:`MicroBatches`)."""
+
+    def __init__(self, stream: ShuffledStream, collate, batch_size: int, seed: int, rank: int, first: int = 0):
+        self.stream, self.collate_rows, self.seed, self.rank, self.micro_step = stream, collate, seed, rank, first
+        self.epoch_offset = 0
+        super().__init__(stream, batch_size=batch_size, collate_fn=self._collate, num_workers=0)
+
+    def _collate(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        generator = getattr(self.collate_rows, "generator", None)
+        if isinstance(generator, torch.Generator):
+            generator.manual_seed((self.seed * 1_000_003 + self.micro_step) * 1009 + self.rank)
+        self.micro_step += 1
+        return self.collate_rows(rows)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.stream.set_epoch(epoch + self.epoch_offset)
 
 
 # --------------------------------------------------------------------------- callbacks
@@ -423,6 +488,7 @@ class MuxTrainer(Trainer):
             self.add_callback(ProgressLine(description))
         self._stats = _StepStats()
         self.last_eval: dict[str, float] | None = None
+        self._resumed_from: Path | None = None
 
     def _validate_args(self) -> None:
         if self.evaluator is None or self.eval_dataset is not None:
@@ -437,6 +503,13 @@ class MuxTrainer(Trainer):
 
     def get_train_dataloader(self):
         rows = self.train_dataset
+        if _is_stream(rows):  # a datasets.IterableDataset: each process reads its own share
+            from datasets.distributed import split_dataset_by_node
+
+            share = split_dataset_by_node(rows, rank=self.args.process_index, world_size=self.args.world_size)
+            window = getattr(self.args, "stream_shuffle_window", 10_000)
+            return StreamLoader(ShuffledStream(share, self.args.seed, window), self.data_collator,
+                                self.args.per_device_train_batch_size, self.args.seed, self.args.process_index)
         if isinstance(rows, torch.utils.data.IterableDataset) or not hasattr(rows, "__getitem__"):
             return super().get_train_dataloader()
         if hasattr(rows, "column_names"):  # a datasets.Dataset: the columns the model does not take go
@@ -452,6 +525,14 @@ class MuxTrainer(Trainer):
     def get_resumed_dataloader(self, dataloader, num_batches: int):
         if isinstance(dataloader, MicroBatchLoader):
             return dataloader.skipping(num_batches)
+        if isinstance(dataloader, StreamLoader) and self._resumed_from is not None:
+            # The stream's own position, saved with the checkpoint: nothing before it is read again.
+            # The same loader goes on (the checkpoints read its position).
+            state = json.loads((self._resumed_from / f"stream_state_{self.args.process_index}.json").read_text())
+            dataloader.stream.load_state_dict(state)
+            dataloader.micro_step = num_batches
+            dataloader.epoch_offset = state["epoch"]  # the Trainer counts a stream's epochs from 0 on resume
+            return dataloader
         return super().get_resumed_dataloader(dataloader, num_batches)
 
     # ---- optimisation
@@ -567,6 +648,9 @@ class MuxTrainer(Trainer):
             self._save_optimizer_and_scheduler(str(staging))
             self._save_scaler(str(staging))
             self._save_rng_state(str(staging))
+            stream = getattr(self.callback_handler.train_dataloader, "stream", None)
+            if isinstance(stream, ShuffledStream):  # each process its position in its share
+                (staging / f"stream_state_{self.args.process_index}.json").write_text(json.dumps(stream.state_dict()))
         if self.state.best_global_step:
             best = run_dir / f"checkpoint-{self.state.best_global_step}"
             if best.is_dir() or self.state.best_global_step == step:
@@ -606,6 +690,7 @@ class MuxTrainer(Trainer):
         or stopped early) trains no further."""
         if resume_from_checkpoint is True:
             resume_from_checkpoint = ckpt.latest_checkpoint(self.args.output_dir)
+        self._resumed_from = Path(resume_from_checkpoint) if resume_from_checkpoint else None
         if resume_from_checkpoint:
             self._check_same_layout(Path(resume_from_checkpoint))
             saved = TrainerState.load_from_json(str(Path(resume_from_checkpoint) / STATE_FILE))
@@ -635,6 +720,14 @@ class MuxTrainer(Trainer):
             raise ValueError(
                 f"cannot resume {checkpoint} exactly: {', '.join(differences)} would skip or repeat training data; "
                 f"resume with the saved settings, or start a new run (another --output-dir, or --init {checkpoint})")
+
+
+def _is_stream(rows) -> bool:
+    try:
+        from datasets import IterableDataset
+    except ImportError:
+        return False
+    return isinstance(rows, IterableDataset)
 
 
 def _stopped_early(state: TrainerState) -> bool:
