@@ -19,7 +19,7 @@ def builtin_data():
     ``pytestmark = pytest.mark.usefixtures("builtin_data")``; where the data is neither cached nor
     reachable, their tests are skipped with the reason instead of failing on a download. A
     checksum mismatch (a ``ValueError``) still fails."""
-    from muxplm.data.sources import fetch
+    from muxplm.data import fetch
 
     try:
         return fetch(progress=False)

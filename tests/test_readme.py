@@ -128,6 +128,15 @@ def test_no_issue_numbers_in_user_facing_text(page):
     assert not hits, f"{page.name}: issue references {hits}"
 
 
+def test_the_library_cites_no_outside_file_nor_issue():
+    """The package speaks of itself: no design notes outside the repository, no issue numbers."""
+    hits = [(path.relative_to(ROOT), number, line.strip())
+            for path in sorted((ROOT / "src").rglob("*.py"))
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if "DESIGN.md" in line or ISSUE_REFERENCE.search(line)]
+    assert not hits, hits
+
+
 def test_the_issue_pattern():
     assert ISSUE_REFERENCE.search("fixed in #21") and ISSUE_REFERENCE.search("before issue 9")
     assert ISSUE_REFERENCE.search("the Issue-10 minimum")

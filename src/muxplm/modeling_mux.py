@@ -3,7 +3,7 @@ ELECTRA, RoBERTa, DistilBERT, MPNet). The family modules (``modeling_bert``, ...
 the plain model's embedding and layer blocks, adapt the pass to them through a few hooks
 (:class:`MuxBackboneMixin`) and add the pre-training head; everything else lives here once.
 
-Forward pass (DESIGN.md §1): embed each instance once -> group (:mod:`muxplm.grouping`) ->
+Forward pass (docs/how-it-works.md): embed each instance once -> group (:mod:`muxplm.grouping`) ->
 multiplex (:mod:`muxplm.mux`) -> the unchanged encoder layers, with a mask that attends a
 position when any instance has a real token there -> demultiplex only the positions a head
 needs (:mod:`muxplm.demux`) -> ungroup to input order -> head.
@@ -622,7 +622,7 @@ class RetrievalHead(nn.Module):
 
 
 def retrieval_targets(state: MuxState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample, for every group and position, one instance to retrieve (DESIGN.md §2.1).
+    """Sample, for every group and position, one instance to retrieve (token-retrieval priming).
 
     Returns the chosen slots ``[G*L]``, positions ``[G*L]`` and labels ``[G*L]``
     (``-100`` where that instance has padding or is a filler).

@@ -259,14 +259,17 @@ def test_bench_throughput_refuses_a_checkpoint_that_is_not_a_classifier(checkpoi
     assert "--quantize and --runtime go with --model" in capsys.readouterr().err
 
 
-def test_time_checkpoints_takes_loaded_models_and_refuses_int8_off_the_cpu(checkpoint_dirs):
+def test_time_checkpoints_takes_loaded_models_and_refuses_int8_off_the_cpu(checkpoint_dirs, tmp_path):
     from muxplm.bench.throughput import time_checkpoints
     from muxplm.training import load_classifier
 
     model = load_classifier(checkpoint_dirs[2])[0]
-    results = time_checkpoints({"mine": model, "theirs": checkpoint_dirs[1]}, quantize=("int8",), batch_size=4,
-                               seq_length=8, batches=1, trials=1, warmup=0)
-    assert list(results) == ["mine int8", "theirs int8"] and results["mine int8"]["checkpoint"] is None
+    bare = tmp_path / "weights-only"  # a checkpoint without tokenizer files: timing needs none
+    model.save_pretrained(bare)
+    results = time_checkpoints({"mine": model, "theirs": checkpoint_dirs[1], "bare": bare}, quantize=("int8",),
+                               batch_size=4, seq_length=8, batches=1, trials=1, warmup=0)
+    assert list(results) == ["mine int8", "theirs int8", "bare int8"] and results["mine int8"]["checkpoint"] is None
+    assert not list(bare.glob("tokenizer*")) and results["bare int8"]["samples_per_s"] > 0
     with pytest.raises(ValueError, match="runs on the CPU"):
         time_checkpoints({"mine": model}, quantize=("none", "int8"), device="cuda")
     with pytest.raises(ValueError, match="distinct"):

@@ -21,7 +21,8 @@ from muxplm.data.pretrained import (
     model_dir,
     mpnet_base_dir,
 )
-from muxplm.data.sources import ChecksumError, Source, fetch
+from muxplm.data import fetch
+from muxplm.data.sources import ChecksumError, Source
 
 ROOT = MPNET_BASE.root  # the fakes use the real layout settings: root, skip, required
 MODEL_FILES = {
@@ -69,7 +70,7 @@ class FakeParts:
         self.monkeypatch = monkeypatch
         self.calls: list[str] = []
         self.served: dict[str, bytes] = {}
-        monkeypatch.setattr(sources, "_download", self._download)
+        monkeypatch.setattr(sources, "download", self._download)
 
     def _download(self, source, dest):
         self.calls.append(source.package)

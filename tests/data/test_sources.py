@@ -11,14 +11,13 @@ import gzip
 
 import pytest
 
-from muxplm.data import sources
+from muxplm.data import fetch, sources
 from muxplm.data.sources import (
     SOURCES,
     ChecksumError,
     MissingToolError,
     Source,
     default_cache_dir,
-    fetch,
     read_r_lazyload,
 )
 
@@ -69,7 +68,7 @@ def fake_source(monkeypatch):
             path.write_bytes(data)
             return path
 
-        monkeypatch.setattr(sources, "_download", download)
+        monkeypatch.setattr(sources, "download", download)
         return src
 
     install.calls = calls
@@ -100,14 +99,14 @@ def test_fetch_extracts_only_matching_members_and_is_idempotent(tmp_path, fake_s
 def test_checksum_mismatch_raises_and_deletes_file(tmp_path, fake_source, monkeypatch):
     fake_source(sha="0" * 64)
     seen = []
-    real_download = sources._download
+    real_download = sources.download
 
     def spy(source, dest):
         path = real_download(source, dest)
         seen.append(path)
         return path
 
-    monkeypatch.setattr(sources, "_download", spy)
+    monkeypatch.setattr(sources, "download", spy)
     with pytest.raises(ChecksumError, match="checksum mismatch.*expected 0{64}"):
         fetch(["fake"], cache_dir=tmp_path, progress=False)
     assert len(seen) == 1 and not seen[0].exists()
@@ -263,7 +262,7 @@ def test_real_fetch_two_smallest_sources(tmp_path, monkeypatch):
     def no_network(*a, **k):
         raise AssertionError("fetch downloaded again")
 
-    monkeypatch.setattr(sources, "_download", no_network)
+    monkeypatch.setattr(sources, "download", no_network)
     assert fetch(names, cache_dir=tmp_path, progress=False) == out
 
     from muxplm.data.tasks import load_ner

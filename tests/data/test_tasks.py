@@ -39,7 +39,7 @@ def no_network(monkeypatch):
     def fail(*a, **k):
         raise AssertionError("tried to download")
 
-    monkeypatch.setattr(sources, "_download", fail)
+    monkeypatch.setattr(sources, "download", fail)
 
 
 # --- fixed splits -------------------------------------------------------------------------------

@@ -289,7 +289,7 @@ def test_data_fetch_uses_the_cache(capsys, monkeypatch):
     def no_download(*args, **kwargs):
         raise AssertionError("a cached source was downloaded again")
 
-    monkeypatch.setattr(sources, "_download", no_download)
+    monkeypatch.setattr(sources, "download", no_download)
     assert main(["data", "fetch", "--only", "moby_dick"]) == 0
     out = capsys.readouterr()
     assert "moby_dick" in out.out and "fetching" not in out.err

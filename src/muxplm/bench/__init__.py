@@ -1,4 +1,4 @@
-"""Benchmarks and analyses of MUX-PLMs (DESIGN.md §3).
+"""Benchmarks and analyses of MUX-PLMs.
 
 * :mod:`muxplm.bench.throughput` — inference throughput of MUX models against the N = 1 model
   and plain ``transformers.BertModel`` of the same size, with the paper's protocol and

@@ -1,4 +1,4 @@
-"""Analyses of MUX-PLMs from the paper (DESIGN.md §3): muxology, Pareto frontier,
+"""Analyses of MUX-PLMs from the paper: muxology, Pareto frontier,
 ensembling gains and composition-seed lottery tickets.
 
 Input schemas

@@ -1,7 +1,7 @@
-"""``muxplm reproduce``: a small-scale reproduction of the paper's Table 1 (project issue 4).
+"""``muxplm reproduce``: a small-scale reproduction of the paper's Table 1.
 
 Every model gets the same compute budget (steps, batch size, sequence length, examples) and
-goes through the three stages of DESIGN.md §2 with :func:`muxplm.training.run_stage`:
+goes through the three training stages with :func:`muxplm.training.run_stage`:
 retrieval priming (N > 1 only, unless a size primes its N = 1 rows too), MLM or ELECTRA
 pre-training on the offline corpus, then fine-tuning. One pre-trained checkpoint per model is
 fine-tuned on every task; each fine-tuned model is scored over several composition seeds

@@ -1,4 +1,4 @@
-"""Inference throughput of MUX-PLMs, measured with the paper's protocol (DESIGN.md §3).
+"""Inference throughput of MUX-PLMs, measured with the paper's protocol.
 
 Protocol: a fixed batch (default 128 x 128 tokens) already on the device, warm-up batches,
 then ``trials`` trials of ``batches`` mini-batches each under ``torch.inference_mode()``;
@@ -403,7 +403,7 @@ def time_checkpoints(
     import tempfile
 
     from ..checkpoints import local_folder
-    from ..training.models import load_classifier
+    from ..training.models import classifier_class
 
     quantize = [check_quantize(choice, device, dtype) for choice in quantize]  # int8 off the CPU: refused first
     device = _check_settings(device, clock, dtype, batch_size=batch_size, seq_length=seq_length, trials=trials,
@@ -423,8 +423,8 @@ def time_checkpoints(
             checkpoint = None
             if not isinstance(model, nn.Module):
                 checkpoint = str(local_folder(model))  # a hub name: downloaded first
-                try:
-                    model = load_classifier(checkpoint)[0]
+                try:  # the model only: timing feeds random ids of its vocabulary, no tokenizer needed
+                    model = classifier_class(checkpoint).from_pretrained(checkpoint)
                 except ValueError as error:
                     raise ValueError(f"cannot time {checkpoint}: {error}") from None
             model.eval()

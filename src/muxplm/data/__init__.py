@@ -1,7 +1,8 @@
 """Data: offline sources, task loaders, tokenization and collators."""
 
 from .collators import MLMCollator, PaddingCollator, ReplacedTokenCollator
-from .sources import SOURCES, ChecksumError, MissingToolError, default_cache_dir, fetch
+from .sources import SOURCES, ChecksumError, MissingToolError, default_cache_dir
+from .fetching import fetch
 from .pretrained import MODELS, ModelNotFetchedError, mpnet_base_dir
 from .corpus import load_pretraining_corpus
 from .hub import GLUE_TASKS, conll2003_to_rows, glue_to_rows, load_hub_task, ud_to_rows

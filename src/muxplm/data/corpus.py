@@ -12,7 +12,7 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from .sources import fetch, read_r_lazyload
+from .sources import fetch_sources, read_r_lazyload
 
 
 def brown_sentences(folder: Path):
@@ -179,7 +179,7 @@ def load_pretraining_corpus(cache_dir=None, max_words: int | None = None,
     unknown = [n for n in names if n not in _CORPUS_PARTS]
     if unknown:
         raise ValueError(f"unknown corpus source(s) {unknown}; known: {list(_CORPUS_PARTS)}")
-    folders = fetch(names, cache_dir=cache_dir)
+    folders = fetch_sources(names, cache_dir=cache_dir)
     parts = {}
     for n in names:
         texts = [t for t in _CORPUS_PARTS[n](folders[n]) if len(t.split()) >= min_words]

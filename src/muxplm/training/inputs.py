@@ -97,6 +97,18 @@ def pretraining_blocks(config: TrainConfig, tokenizer):
     workers = config.preprocessing_num_workers or preparation_processes()
     if config.streaming:
         return _streamed_blocks(config, tokenizer)
+    if (config.train_file or config.dataset) and config.progress:
+        import datasets  # its bars show the reading and tokenizing of a corpus (quiet otherwise: cached reads)
+
+        datasets.enable_progress_bar()
+        try:
+            return _prepared_blocks(config, tokenizer, workers)
+        finally:
+            datasets.disable_progress_bar()
+    return _prepared_blocks(config, tokenizer, workers)
+
+
+def _prepared_blocks(config: TrainConfig, tokenizer, workers: int):
     if config.train_file or config.dataset:
         texts = load_corpus(config.train_file, config.dataset, cache_dir=config.cache_dir, num_proc=workers)
     else:

@@ -14,7 +14,7 @@ from typing import Any
 
 # --------------------------------------------------------------------------- stages (TrainConfig defaults)
 
-# Paper recipe (DESIGN.md §2): priming 10k steps at 1e-4; pre-training 1e-4, 10k warmup, batch
+# Paper recipe: priming 10k steps at 1e-4; pre-training 1e-4, 10k warmup, batch
 # 256, seq 512; fine-tuning 2e-5 (5e-5 also studied), warmup 10%, weight decay 0, batch 32, seq 128.
 PAPER_RECIPE = {
     "retrieval": dict(lr=1e-4, batch_size=256, max_length=512, max_steps=10_000, warmup_steps=1000,
@@ -27,7 +27,7 @@ PAPER_RECIPE = {
 PAPER_RECIPE["electra"] = dict(PAPER_RECIPE["mlm"])
 
 # The paper's pre-training as one command (``pretrain --recipe paper-small|paper-base|paper-large``,
-# DESIGN.md §2): a fresh model of that size, primed 10k steps at 1e-4 when N > 1, then MLM or ELECTRA
+# the paper's section on pre-training): a fresh model of that size, primed 10k steps at 1e-4 when N > 1, then MLM or ELECTRA
 # at 1e-4 (AdamW eps 1e-6, 10k warm-up, linear decay, dropout 0.1) on global batches of 256
 # sequences of 512 tokens (split over the processes) for 1M steps.
 PAPER_PRETRAINING = {
@@ -253,7 +253,7 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
                         dtype="float32"),
     ),
     # ``full`` is the demo's proven tiny recipe (see muxplm.training.demo) applied to every row.
-    # Priming (issue 9's curves, benchmarks/results/curves/priming): the unbinding demux, 32 groups
+    # Priming (benchmarks/results/curves/priming): the unbinding demux, 32 groups
     # a step (batch = 32 x N instances), the in-batch softmax and 32-token blocks take held-out
     # retrieval accuracy at N = 10 from 10 % to 59 % in 300 steps; 400 steps here.
     "full": dict(
@@ -263,7 +263,7 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         pretrain=dict(max_steps=250, lr=5e-4, batch_size=32, retrieval_loss_weight=0.2),
         # One rule for every row's fine-tuning, N = 1 included: the same 1,500 steps of 32 examples
         # on every task, evaluated on the dev set every 250 steps, ending with the best of those six
-        # (the best of one length grid). The lengths each row needs differ by far: issue 9's N = 1
+        # (the best of one length grid). The lengths each row needs differ by far: an earlier grid's N = 1
         # BERT scored 82.2 on sentiment after 538 steps and 79.7 after 5,380 (over-fitted), while
         # MUX-BERT N = 5 / 10 kept 95 / 91 % only after 2,690 / 5,380. Composition consistency is
         # off: it doubles a MUX step (benchmarks/results/curves/consistency measures it).
@@ -301,7 +301,7 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
                         dtype="float32"),
     ),
-    # Conversion of the pretrained MiniLM (issue 10; benchmarks/results/curves/convert): every row
+    # Conversion of the pretrained MiniLM (benchmarks/results/curves/convert): every row
     # fine-tunes 2,000 examples per task for 20 epochs with the head at 2e-4 and the encoder at 5e-5
     # (the same for every row: benchmarks/results/convert-stack20 shows that longer fine-tuning lifts
     # the plain and cut rows as much as the multiplexed ones).
