@@ -41,6 +41,17 @@ def test_named_recipes_cover_their_stages_over_the_size_defaults():
                     recipes.TRAINING_RECIPES[name](stage, None, None)
 
 
+def test_a_recipe_may_set_its_own_values_for_one_n():
+    """The demo fine-tunes N = 2 with composition consistency for 6 epochs, N = 5 and N = 1 without
+    it for 8 (benchmarks/results/demo/stable.json)."""
+    finetune = recipes.DEMO_FULL["finetune"]
+    two, five, one = (recipes.for_instances(finetune, n) for n in (2, 5, 1))
+    assert (two["num_epochs"], two["consistency_weight"]) == (6.0, recipes.CONSISTENCY_WEIGHT)
+    assert (five["num_epochs"], five["consistency_weight"]) == (8.0, 0.0)
+    assert one["num_epochs"] == 8.0 and "consistency_weight" not in one
+    assert not any("by_instances" in settings for settings in (two, five, one))
+
+
 def test_get_recipe_hands_out_copies_and_names_the_known_ones():
     mine = recipes.get_recipe("stages/tiny")
     mine["finetune"]["lr"] = 1.0

@@ -24,20 +24,19 @@ from .models import load_classifier
 from .recipes import DEMO_FULL, DEMO_QUICK, for_instances
 from .stages import run_stage
 
-def _stage(recipe: dict, stage: str, output_dir: Path, seed: int, progress: bool, num_instances: int | None = None,
-           **settings) -> dict[str, Any]:
-    """One stage of the demo's recipe; ``num_instances`` for a model built here (one that starts
-    from a checkpoint keeps its own)."""
+def _stage(recipe: dict, stage: str, output_dir: Path, seed: int, progress: bool, instances: int,
+           num_instances: int | None = None, **settings) -> dict[str, Any]:
+    """One stage of the demo's recipe for a row of ``instances``; ``num_instances`` for a model
+    built here (one that starts from a checkpoint keeps its own)."""
     section = "finetune" if stage == "finetune" else ("retrieval" if stage == "retrieval" else "mlm")
     values = dict(
         stage=stage, output_dir=str(output_dir), seed=seed, max_length=recipe["max_length"],
         warmup_ratio=recipe["warmup_ratio"], logging_steps=10, save_total_limit=1, progress=progress,
         corpus_max_words=recipe["corpus_max_words"], corpus_sources=recipe["corpus_sources"],
     )
-    if num_instances is None:
-        values.update(recipe[section])  # a stage may set its own max_length
-    else:
-        values.update(for_instances(recipe[section], num_instances), num_instances=num_instances)
+    values.update(for_instances(recipe[section], instances))  # a stage may set its own max_length
+    if num_instances is not None:
+        values["num_instances"] = num_instances
     values.update(settings)
     # Evaluate and checkpoint once per stage (at the end): the demo is about the result.
     values.setdefault("eval_steps", 10**9)
@@ -61,13 +60,13 @@ def run_demo(output_dir: str | Path = "runs/demo", quick: bool = False, seed: in
         tag = root / f"n{n}"
         t0 = time.perf_counter()
         if n > 1:
-            log["retrieval"] = _stage(recipe, "retrieval", tag / "1-retrieval", seed, progress,
+            log["retrieval"] = _stage(recipe, "retrieval", tag / "1-retrieval", seed, progress, n,
                                       num_instances=n, **fresh)
             mlm_init = dict(init=str(tag / "1-retrieval"))
         else:  # a plain model has nothing to retrieve
             mlm_init = dict(num_instances=1, **fresh)
-        log["mlm"] = _stage(recipe, "mlm", tag / "2-mlm", seed, progress, **mlm_init)
-        log["finetune"] = _stage(recipe, "finetune", tag / f"3-{task}", seed, progress,
+        log["mlm"] = _stage(recipe, "mlm", tag / "2-mlm", seed, progress, n, **mlm_init)
+        log["finetune"] = _stage(recipe, "finetune", tag / f"3-{task}", seed, progress, n,
                                  init=str(tag / "2-mlm"), task=task)
         evaluation = evaluate_checkpoint(
             tag / f"3-{task}", task, seeds=recipe["seeds"],

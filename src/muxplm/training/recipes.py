@@ -110,8 +110,10 @@ MUX_ONLY_SETTINGS = ("retrieval_loss_weight", "consistency_weight")
 
 def for_instances(settings: dict[str, Any], num_instances: int) -> dict[str, Any]:
     """A copy of a stage's recipe ``settings`` for a model of ``num_instances``: at N = 1 without
-    the multiplexed-only ones."""
-    return {key: value for key, value in settings.items() if num_instances > 1 or key not in MUX_ONLY_SETTINGS}
+    the multiplexed-only ones; with the settings its ``by_instances`` entry for that N gives."""
+    own = settings.get("by_instances", {}).get(num_instances, {})
+    return {**{key: value for key, value in settings.items()
+               if key != "by_instances" and (num_instances > 1 or key not in MUX_ONLY_SETTINGS)}, **own}
 
 
 # --------------------------------------------------------------------------- muxplm convert
@@ -152,7 +154,7 @@ GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
 
 # --------------------------------------------------------------------------- muxplm demo
 
-# `muxplm demo`: the tiny preset on the CPU; the full demo needs about 35 minutes on 2 idle cores
+# `muxplm demo`: the tiny preset on the CPU; the full demo needs 30 to 40 minutes on 2 idle cores
 # (most of it the N = 1 fine-tuning), --quick about one.
 # Priming as in the tiny training recipe (unbinding demux, 32 groups a step of 32-token blocks,
 # in-batch softmax; benchmarks/results/curves/priming); MUX pre-training keeps the auxiliary
@@ -165,13 +167,16 @@ DEMO_FULL = dict(
     warmup_ratio=0.1,
     retrieval=dict(max_steps=200, lr=1e-3, batch_groups=32, max_length=32, retrieval_softmax="in_batch"),
     mlm=dict(max_steps=150, lr=5e-4, batch_size=32, retrieval_loss_weight=0.2),
-    # Without the recipe's composition consistency: it doubles the cost of a MUX fine-tuning
-    # step (+9 min here); it is worth a point of accuracy and 8-10 points fewer predictions
-    # changed by the composition (docs/training.md).
-    # Every row fine-tunes the same 8 epochs: the N = 5 head needs them to leave chance, and the
-    # N = 1 baseline gets as much training as the rows it is compared with.
+    # Every row fine-tunes 8 epochs: the N = 5 head needs them to leave chance, and the N = 1
+    # baseline gets as much training as the rows it is compared with. N = 2 fine-tunes with
+    # composition consistency (weight 4) for 6 epochs instead, at about the same time: on the demo's
+    # checkpoints 79.7 % against 79.1 %, and 12.0 % of its predictions changed by the composition
+    # against 18.8 %, in 1.06x the fine-tuning time. N = 5 keeps it off: at 6 epochs it lost 1.2
+    # points (76.5 %), at 4 epochs 4.3, and 8 epochs with it would double the fine-tuning time
+    # (benchmarks/results/demo/stable.json, benchmarks/demo_stable.py).
     finetune=dict(num_epochs=8.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None,
-                  min_steps=1, sentence_pooling="mean", consistency_weight=0.0),
+                  min_steps=1, sentence_pooling="mean", consistency_weight=0.0,
+                  by_instances={2: dict(num_epochs=6.0, consistency_weight=CONSISTENCY_WEIGHT)}),
     # Timed by the median of nine round-robin trials: the mean of three put N = 2 anywhere from
     # 1.82x to 2.35x across the demo's runs on the 2-core VM (benchmarks/results/demo history).
     seeds=5, throughput=dict(batch_size=128, seq_length=48, num_batches=5, trials=9, statistic="median"),

@@ -368,7 +368,7 @@ class _EvaluateAtEnd(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step >= state.max_steps:
             control.should_log = True
-            control.should_evaluate = control.should_evaluate or self.evaluates
+            control.should_evaluate = control.should_evaluate or (self.evaluates and args.eval_strategy != "no")
 
 
 # --------------------------------------------------------------------------- statistics
