@@ -355,15 +355,18 @@ def test_existing_checkpoints_need_resume(tmp_path, capsys, pretrained):
 
 
 def test_every_demo_row_fine_tunes_as_long_as_the_others(tmp_path, monkeypatch):
-    """The full demo's N = 1 baseline gets the same fine-tuning epochs as the multiplexed rows
-    (stages replaced by recorders: only the recipe is under test)."""
+    """The full demo's N = 1 baseline gets as many fine-tuning epochs as the multiplexed rows without
+    composition consistency; the N = 2 row, with it, encodes its data at least as often (each of its
+    steps encodes the batch twice). Stages replaced by recorders: only the recipe is under test."""
     from muxplm.training import demo
+    from muxplm.training.recipes import for_instances
 
     epochs = {}
 
-    def record(recipe, stage, output_dir, seed, progress, **settings):
+    def record(recipe, stage, output_dir, seed, progress, instances, **settings):
         if stage == "finetune":
-            epochs[output_dir.parent.name] = {**recipe["finetune"], **settings}["num_epochs"]
+            own = {**for_instances(recipe["finetune"], instances), **settings}
+            epochs[output_dir.parent.name] = (own["num_epochs"], own.get("consistency_weight") or 0.0)
         return {"final_step": 1}
 
     evaluation = {"main_metric": "accuracy", "summary": {"accuracy": {"mean": 0.5}}}
@@ -372,4 +375,7 @@ def test_every_demo_row_fine_tunes_as_long_as_the_others(tmp_path, monkeypatch):
     monkeypatch.setattr(demo, "_throughput_side_by_side", lambda paths, **kwargs: [{"samples_per_s": 1.0}] * len(paths))
     monkeypatch.setattr(demo, "_print_table", lambda results: None)
     demo.run_demo(tmp_path, quick=False, progress=False)
-    assert set(epochs) == {"n1", "n2", "n5"} and len(set(epochs.values())) == 1, epochs
+    assert set(epochs) == {"n1", "n2", "n5"}, epochs
+    baseline = epochs["n1"][0]
+    assert epochs["n1"][1] == 0 and epochs["n5"] == (baseline, 0.0)
+    assert epochs["n2"][1] > 0 and 2 * epochs["n2"][0] >= baseline
