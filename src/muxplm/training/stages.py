@@ -380,7 +380,7 @@ def primed_pretraining(config: TrainConfig) -> tuple[TrainConfig, TrainConfig] |
     if config.recipe not in PRIMED_RECIPES or config.stage == "retrieval" or config.init or config.init_encoder:
         return None
     fresh = dataclasses.replace(config, preset=config.preset or config.recipe.removeprefix("paper-"))
-    if (config.num_instances or 2) == 1:
+    if (config.num_instances or 1) == 1:  # unset: a fresh model is plain (N = 1), as for one stage
         return None if config.preset else (fresh, fresh)
     priming = dataclasses.replace(fresh, stage="retrieval", output_dir=str(Path(config.output_dir) / "priming"))
     return priming, fresh
