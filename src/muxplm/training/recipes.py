@@ -198,8 +198,9 @@ def stage_defaults(stage: str, size: str | None) -> dict[str, Any]:
 
 
 def _convert(stage: str, task: str | None, size: str | None) -> dict[str, Any]:
-    if stage == "retrieval":
-        return {**stage_defaults(stage, size), **{key: value for key, value in CONVERT_RECIPE.items() if key != "stage"}}
+    if stage == "retrieval":  # the training settings; the model's layout stays the checkpoint's or convert's
+        layout = ("stage", "demux_type", "num_unmuxed_layers")
+        return {**stage_defaults(stage, size), **{key: value for key, value in CONVERT_RECIPE.items() if key not in layout}}
     if stage == "finetune":
         return {**stage_defaults(stage, size), **CONVERTED_FINETUNE}
     if stage == "mlm":
