@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ..provenance import code_version
 from ..timing import side_by_side
 from .config import TrainConfig
 from .evaluate import evaluate_checkpoint
@@ -88,9 +89,21 @@ def run_demo(output_dir: str | Path = "runs/demo", quick: bool = False, seed: in
         model["speedup"] = speed["samples_per_s"] / base_speed
         model["retention"] = _mean_score(model) / base_score if base_score else None
     results["wall_seconds"] = time.perf_counter() - start
+    # What made these figures: the code, the machine and the date, beside them.
+    results.update(code=code_version(), machine=_machine(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     (root / "demo_results.json").write_text(json.dumps(results, indent=1))
     _print_table(results)
     return results
+
+
+def _machine() -> str:
+    import os
+    import platform
+
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.exists() else [])
+             if line.startswith("model name")]
+    return f"{names[0] if names else platform.processor() or platform.machine()}, {os.cpu_count()} cores"
 
 
 def _mean_score(model: dict[str, Any]) -> float:
