@@ -529,13 +529,13 @@ def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path)
     from muxplm.bench.reproduce import _finished_with
     from muxplm.provenance import source_hash
     from muxplm.training import TrainConfig
-    from muxplm.training.stages import resolved_config
+    from muxplm.training.stages import resolve_run
 
     folder = tmp_path / "stage"
     folder.mkdir()
     asked = dict(output_dir=str(folder), task="sentiment", preset="tiny")
     trained = TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9)
-    (folder / "train_config.json").write_text(json.dumps(resolved_config(trained).to_dict()))
+    (folder / "train_config.json").write_text(json.dumps(resolve_run(trained)[0].to_dict()))
     (folder / "train_results.json").write_text(json.dumps({"code": {"source_hash": source_hash()}}))
     assert _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
     assert _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9,
@@ -548,10 +548,10 @@ def test_a_stage_is_reused_only_with_every_setting_and_the_code_it_ran(tmp_path)
     # Where the stage ends with its best evaluated weights, the evaluation and save steps pick
     # them: no longer bookkeeping.
     best = dict(lr=0.5, num_epochs=99, load_best_at_end=True, eval_steps=10, save_steps=10)
-    (folder / "train_config.json").write_text(json.dumps(resolved_config(TrainConfig(**asked, **best)).to_dict()))
+    (folder / "train_config.json").write_text(json.dumps(resolve_run(TrainConfig(**asked, **best))[0].to_dict()))
     assert _finished_with(TrainConfig(**asked, **best))
     assert not _finished_with(TrainConfig(**asked, **{**best, "eval_steps": 20, "save_steps": 20}))
-    (folder / "train_config.json").write_text(json.dumps(resolved_config(trained).to_dict()))
+    (folder / "train_config.json").write_text(json.dumps(resolve_run(trained)[0].to_dict()))
     (folder / "train_results.json").write_text(json.dumps({"code": {"source_hash": "other code"}}))
     assert not _finished_with(TrainConfig(**asked, lr=0.5, num_epochs=99, batch_size=999, consistency_weight=9))
     (folder / "train_results.json").write_text("{}")  # trained before the code was recorded
@@ -566,7 +566,7 @@ def test_a_warm_started_stage_is_reused_only_from_the_same_encoder_files(tmp_pat
     from muxplm.bench.reproduce import _finished_with
     from muxplm.provenance import folder_hash, source_hash
     from muxplm.training import TrainConfig
-    from muxplm.training.stages import resolved_config
+    from muxplm.training.stages import resolve_run
 
     encoders = []
     for place, weights in (("a", b"one"), ("b", b"two")):
@@ -581,7 +581,7 @@ def test_a_warm_started_stage_is_reused_only_from_the_same_encoder_files(tmp_pat
         return TrainConfig(output_dir=str(folder), stage="retrieval", init_encoder=str(encoder), num_instances=2,
                            lr=0.5, max_steps=3, batch_size=4)
 
-    (folder / "train_config.json").write_text(json.dumps(resolved_config(asked(encoders[0])).to_dict()))
+    (folder / "train_config.json").write_text(json.dumps(resolve_run(asked(encoders[0]))[0].to_dict()))
     summary = {"code": {"source_hash": source_hash()}, "init_encoder_sha256": folder_hash(encoders[0])}
     (folder / "train_results.json").write_text(json.dumps(summary))
     assert _finished_with(asked(encoders[0]))

@@ -73,11 +73,11 @@ def test_flags_override_the_config_file(tmp_path):
 @pytest.mark.parametrize("setting, value", [("stage", "pretrain"), ("family", "gpt2"), ("mixed_precision", "fp8"),
                                             ("task_kind", "document"), ("sentence_pooling", "max")])
 def test_a_config_file_is_held_to_the_flags_choices(tmp_path, setting, value):
-    from muxplm.training.config import build_config, load_config_file
+    from muxplm.training.config import build_config, load_config_file, resolve
 
     settings = load_config_file(_write(tmp_path / "run.json", json.dumps({"task": "trec", setting: value})))
     with pytest.raises(ValueError, match=f"{setting} must be one of .*got '{value}'"):
-        build_config(settings, output_dir="x")
+        resolve(build_config(settings, output_dir="x"), "tiny")
 
 
 def _shown_flags(parser) -> dict[str, argparse.Action]:

@@ -12,7 +12,7 @@ from training_utils import micro_flags, read_log, run_cli
 from transformers import BertConfig, BertModel
 
 from muxplm import MuxBertForRetrieval, MuxBertModel
-from muxplm.training.config import build_config
+from muxplm.training.config import build_config, validate
 from muxplm.training.convert import conversion_config, convert
 
 pytestmark = pytest.mark.usefixtures("builtin_data")  # trains or scores on the built-in data
@@ -157,7 +157,7 @@ def test_cut_encoders_from_the_command_line_and_in_the_conversion_recipe(plain_d
     BertConfig(num_hidden_layers=6).save_pretrained(tmp_path / "six")
     assert conversion_config(tmp_path / "six", 2, tmp_path, keep_layers=2).num_unmuxed_layers == 1  # <= k - 1
     with pytest.raises(ValueError, match="keep_layers"):
-        build_config(stage="finetune", task="sentiment", preset="tiny", keep_layers=2)  # nothing to cut
+        validate(build_config(stage="finetune", task="sentiment", preset="tiny", keep_layers=2))  # nothing to cut
     out = tmp_path / "cut"
     tuned = run_cli("finetune", "--task", "sentiment", "--init-encoder", str(plain_dir), "--keep-layers", "1",
                     "--num-instances", "1", "--output-dir", str(out), "--max-steps", "2", "--max-train-examples",
@@ -226,7 +226,7 @@ def test_progressive_multiplexing_moves_the_mixture_down_during_the_run(plain_di
     assert [count for training, count in seen if training] == [2, 2, 1, 0]  # 1.5 steps at 2 and at 1
     assert MuxBertForRetrieval.from_pretrained(tmp_path / "mux").config.num_unmuxed_layers == 0
     with pytest.raises(ValueError, match="progressive multiplexing"):
-        conversion_config(plain_dir, 2, tmp_path, start_unmuxed_layers=0, num_unmuxed_layers=1)
+        validate(conversion_config(plain_dir, 2, tmp_path, start_unmuxed_layers=0, num_unmuxed_layers=1))
 
 
 def test_progressive_fine_tuning_starts_at_the_conversions_own_layout(plain_dir, tmp_path):

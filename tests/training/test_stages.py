@@ -309,7 +309,7 @@ def test_new_mux_models_get_the_unbinding_demux_and_the_tiny_priming_recipe(prim
     assert resolve(TrainConfig(stage="mlm", preset="tiny"), "tiny", num_instances=1).retrieval_loss_weight is None
     assert _config(pretrained)["retrieval_loss_weight"] == 0.2 and _config(pretrained)["retrieval_softmax"] == "in_batch"
     with pytest.raises(ValueError, match="batch_groups"):
-        build_config(stage="retrieval", batch_groups=0)
+        resolve(build_config(stage="retrieval", preset="tiny", batch_groups=0), "tiny")
     # Warm-up given as a ratio is not overridden by a recipe's warm-up steps (the paper's
     # 1,000 priming steps of warm-up, for a model of no tiny size), nor the reverse.
     paper = resolve(TrainConfig(stage="retrieval", warmup_ratio=0.1), None)

@@ -158,7 +158,7 @@ def _same_stage(config: TrainConfig, saved: dict[str, Any], source: str | None, 
     ``init`` checkpoint (a stage retrained upstream makes everything after it stale) or the same
     files of its ``init_encoder``."""
     from ..provenance import folder_hash, source_hash
-    from ..training.stages import resolved_config
+    from ..training.stages import resolve_run
 
     if source != source_hash():
         return False
@@ -170,7 +170,7 @@ def _same_stage(config: TrainConfig, saved: dict[str, Any], source: str | None, 
     if bool(saved.get("init_encoder")) != bool(config.init_encoder) or \
             (config.init_encoder and encoder_sha256 != folder_hash(config.init_encoder)):
         return False
-    wanted = json.loads(json.dumps(resolved_config(config).to_dict(), default=str))
+    wanted = json.loads(json.dumps(resolve_run(config)[0].to_dict(), default=str))
     ignored = _BOOKKEEPING
     if wanted.get("load_best_at_end") or wanted.get("early_stopping_patience"):
         ignored = _BOOKKEEPING - {"eval_steps", "save_steps"}  # they choose the weights the stage ends with

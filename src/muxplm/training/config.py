@@ -287,6 +287,7 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1, defau
     model size (``size`` = the preset name, or the preset the loaded model matches);
     ``num_instances`` turns a batch given in groups into instances, ``world_size`` a recipe's
     global batch into one per process."""
+    check_choices(config)  # the stage and recipe pick what fills the rest
     values = config.to_dict()
     values["recipe"] = config.recipe or default_recipe
     recipe = for_instances(recipe_for(config.stage, size, values["recipe"], config.task), num_instances)
@@ -330,19 +331,36 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1, defau
     if values["eval_batch_size"] is None:
         values["eval_batch_size"] = max(values["batch_size"], 64)
     resolved = TrainConfig(**values)
-    validate(resolved)
+    check_values(resolved)
     return resolved
 
 
 def validate(config: TrainConfig) -> None:
     """Raise ``ValueError`` for settings that cannot work, naming the setting."""
-    for setting_field in dataclasses.fields(config):  # the flags' choices hold for config files too
+    check_choices(config)
+    check_values(config)
+
+
+def check_choices(config: TrainConfig) -> None:
+    """The flags' choices hold for config files and Python callers too."""
+    for setting_field in dataclasses.fields(config):
         allowed, value = setting_field.metadata.get("choices"), getattr(config, setting_field.name)
         if allowed and value is not None and value not in allowed:
             raise ValueError(f"{setting_field.name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def model_source(config: TrainConfig) -> str | None:
+    """The one of ``preset``, ``init`` and ``init_encoder`` that names the model to train (``None``
+    if none does); two are refused."""
     sources = [name for name in ("preset", "init", "init_encoder") if getattr(config, name)]
     if len(sources) > 1:
         raise ValueError(f"give only one of --preset, --init, --init-encoder (got {', '.join(sources)})")
+    return sources[0] if sources else None
+
+
+def check_values(config: TrainConfig) -> None:
+    """The checks of :func:`validate` besides the choices."""
+    model_source(config)
     if config.keep_layers is not None and (config.keep_layers < 1 or not (config.init_encoder or config.init)):
         raise ValueError(f"keep_layers cuts the encoder given with --init-encoder or --init (or convert) to its first "
                          f"k >= 1 layers, got keep_layers={config.keep_layers}"
@@ -354,7 +372,7 @@ def validate(config: TrainConfig) -> None:
                          f"{config.num_unmuxed_layers} and {config.start_unmuxed_layers})")
     if config.stage == "finetune" and not (config.task or config.train_file):
         raise ValueError("fine-tuning needs --task NAME or --train-file FILE")
-    positive = ("lr", "batch_size", "batch_groups", "eval_batch_size", "max_length", "gradient_accumulation_steps",
+    positive = ("lr", "batch_groups", "batch_size", "eval_batch_size", "max_length", "gradient_accumulation_steps",
                 "preprocessing_num_workers")
     for name in positive:
         value = getattr(config, name)
@@ -415,12 +433,11 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 def build_config(file_settings: dict[str, Any] | None = None, **flags) -> TrainConfig:
-    """File settings first, then every flag that was given (not ``None``) on top."""
+    """File settings first, then every flag that was given (not ``None``) on top. Validated with
+    the rest of the run's settings, once they are resolved (:func:`resolve`)."""
     values = dict(file_settings or {})
     values.update({key: value for key, value in flags.items() if value is not None})
     unknown = sorted(set(values) - FIELD_NAMES)
     if unknown:
         raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
-    config = TrainConfig(**values)
-    validate(config)
-    return config
+    return TrainConfig(**values)

@@ -24,14 +24,15 @@ logger = logging.getLogger(__name__)
 
 
 
-def tokenizer_for(config: TrainConfig, model_dir: str | Path | None):
-    """``--tokenizer`` if given, else the tokenizer saved with the model, else the default (BERT's
-    uncased WordPiece vocabulary) where it fits the model's family (:mod:`muxplm.vocabulary`)."""
+def tokenizer_for(config: TrainConfig, model_dir: str | Path | None, model_type: str | None = None):
+    """``--tokenizer`` if given, else the tokenizer saved with the model (of ``model_type``; read
+    from its config when not given), else the default (BERT's uncased WordPiece vocabulary) where
+    it fits the model's family (:mod:`muxplm.vocabulary`)."""
     if config.tokenizer:
         return load_tokenizer(config.tokenizer)
     if model_dir is None:
         return load_tokenizer()
-    return load_tokenizer(tokenizer_source(model_dir, read_model_config(model_dir).get("model_type")))
+    return load_tokenizer(tokenizer_source(model_dir, model_type or read_model_config(model_dir).get("model_type")))
 
 
 def classifier_class(checkpoint: str | Path) -> type:
@@ -125,13 +126,16 @@ def _config_overrides(config: TrainConfig, labels: dict[str, Any]) -> dict[str, 
     return overrides
 
 
-def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any], resume_from: Path | None):
-    """The model for a run: from the resume checkpoint, ``init``, ``init_encoder`` or a preset."""
-    source = resume_from or config.init
-    saved = read_model_config(source) if source else None
-    if config.init_encoder:
-        saved_plain = read_model_config(config.init_encoder)
-        family = family_of_plain_type(saved_plain.get("model_type"), f"--init-encoder {config.init_encoder}").name
+def build_model(config: TrainConfig, head: str, tokenizer, labels: dict[str, Any], resume_from: Path | None,
+                source_config: dict[str, Any] | None = None):
+    """The model for a run: from the resume checkpoint, ``init``, ``init_encoder`` or a preset.
+    ``source_config`` is the ``config.json`` of the folder it starts from, read here if not given."""
+    source = resume_from or config.init or config.init_encoder
+    if source_config is None:
+        source_config = read_model_config(source) if source else {}
+    saved = source_config if resume_from or config.init else None
+    if config.init_encoder and resume_from is None:
+        family = family_of_plain_type(source_config.get("model_type"), f"--init-encoder {config.init_encoder}").name
         if config.family and config.family != family:
             raise ValueError(f"--family {config.family} disagrees with the {family} checkpoint given")
     else:

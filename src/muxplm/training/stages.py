@@ -27,7 +27,7 @@ from ..data import PaddingCollator
 from ..provenance import code_version, folder_hash, source_hash
 from ..released import input_length
 from . import checkpoint as ckpt
-from .config import TrainConfig, resolve
+from .config import TrainConfig, model_source, resolve
 from .consistency import CompositionConsistency
 from .distill import StateDistillation, TaskDistillation
 from .evaluate import evaluate_model
@@ -89,20 +89,24 @@ def run_stage(config: TrainConfig) -> dict[str, Any]:
         config = dataclasses.replace(config, init=str(local_folder(config.init)))
     _recover_folders(config)
     resume_from = _resume_point(config)
-    model_dir = resume_from or config.init or config.init_encoder
-    tokenizer = tokenizer_for(config, model_dir)
+    config, source_config = resolve_run(config, resume_from)
+    source = resume_from or config.init or config.init_encoder
+    tokenizer = tokenizer_for(config, source, source_config.get("model_type"))
     if config.stage == "finetune":
-        return _finetune(config, tokenizer, resume_from)
-    return _pretrain(config, tokenizer, resume_from)
+        return _finetune(config, tokenizer, resume_from, source_config)
+    return _pretrain(config, tokenizer, resume_from, source_config)
 
 
-def resolved_config(config: TrainConfig, resume_from: Path | None = None) -> TrainConfig:
-    """The settings a run of ``config`` trains with: every unset one filled in for the size of
-    the model being trained (read from the checkpoint or preset it starts from)."""
-    if config.preset:
-        return resolve(config, config.preset, config.num_instances or MuxBertConfig.num_instances)
+def resolve_run(config: TrainConfig, resume_from: Path | None = None) -> tuple[TrainConfig, dict[str, Any]]:
+    """The one place a run's settings are settled: ``config`` with every unset setting taken from
+    its recipe (the named one, else the one its checkpoint records, else the one for its stage and
+    the size of the model it starts from), validated; and the ``config.json`` of the checkpoint or
+    encoder it starts from (``{}`` for a fresh preset), read once for everything after."""
+    model_source(config)  # before any folder is read
     source = resume_from or config.init or config.init_encoder
     saved = read_model_config(source) if source else {}
+    if config.preset:
+        return resolve(config, config.preset, config.num_instances or MuxBertConfig.num_instances), saved
     instances = config.num_instances or saved.get("num_instances") or (2 if config.init_encoder else 1)
     # The recipe its checkpoint was trained with (and the paper's for its released checkpoints),
     # unless another is named.
@@ -111,17 +115,18 @@ def resolved_config(config: TrainConfig, resume_from: Path | None = None) -> Tra
         default = None
     if default is None and saved.get("forward_variant") == "released" and config.stage == "finetune":
         default = "paper"
-    return resolve(config, size_of(SimpleNamespace(**with_bert_names(saved))), instances, default_recipe=default,
-                   world_size=process_state().num_processes)
+    resolved = resolve(config, size_of(SimpleNamespace(**with_bert_names(saved))), instances, default_recipe=default,
+                       world_size=process_state().num_processes)
+    return resolved, saved
 
 
-def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
+def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None, source_config: dict[str, Any]
+              ) -> dict[str, Any]:
     from transformers import set_seed
 
-    config = resolved_config(config, resume_from)
     state = process_state()
     set_seed(config.seed)
-    model = build_model(config, config.stage, tokenizer, {}, resume_from)
+    model = build_model(config, config.stage, tokenizer, {}, resume_from, source_config)
     with state.main_process_first():  # one process fetches and tokenizes; the others read its cache
         train_blocks, eval_blocks = pretraining_blocks(config, tokenizer)
     collate = pretraining_collator(config.stage, tokenizer, model, config, seed=config.seed)
@@ -137,10 +142,10 @@ def _pretrain(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
                   {"num_instances": model.config.num_instances, "train_blocks": None if streamed else len(train_blocks)})
 
 
-def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[str, Any]:
+def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None, source_config: dict[str, Any]
+              ) -> dict[str, Any]:
     from transformers import set_seed
 
-    config = resolved_config(config, resume_from)
     state = process_state()
     with state.main_process_first():  # one process fetches and tokenizes; the others read its cache
         spec, features = load_task_features(
@@ -157,7 +162,7 @@ def _finetune(config: TrainConfig, tokenizer, resume_from: Path | None) -> dict[
             "label2id": {name: i for i, name in enumerate(spec.label_names)},
         }
     set_seed(config.seed)
-    model = build_model(config, spec.kind, tokenizer, labels, resume_from)
+    model = build_model(config, spec.kind, tokenizer, labels, resume_from, source_config)
     validation = features["validation"]
 
     def evaluate(model, shard: tuple[int, int] = (0, 1)) -> dict[str, float]:
