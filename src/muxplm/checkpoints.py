@@ -1,9 +1,12 @@
-"""A checkpoint folder's ``config.json`` as muxplm sees it, and the model class it names.
+"""A checkpoint folder's ``config.json`` as muxplm sees it, the model class it names, and the model.
 
-One reader for every command that takes a checkpoint (``finetune --init``, ``evaluate``,
-``serve``, ``bench throughput --model``, ``export``): a muxplm checkpoint's config as saved; a
-folder released with the paper (the authors' layout, :mod:`muxplm.released`) as the muxplm
-config of the same model. A file that is not JSON is named in the error.
+Every command that takes a checkpoint (``finetune --init``, ``evaluate``, ``serve``, ``bench
+throughput --model``, ``export``) reads it here. The inference path (``evaluate``, ``serve``,
+``export``) reads it once through ``AutoConfig`` (:func:`load_config`) and hands the config on
+(:func:`model_class`, :func:`load_model`). :func:`read_config` gives the raw settings, for the
+training code that also starts from plain encoders: a muxplm checkpoint's config as saved; a
+folder released with the paper (the authors' layout, :mod:`muxplm.released`) as the muxplm config
+of the same model. A file that is not JSON is named in the error.
 """
 
 from __future__ import annotations
@@ -53,14 +56,55 @@ def read_config(path: str | Path) -> dict[str, Any]:
     return saved
 
 
-def model_class(saved: dict[str, Any], source: str | Path = "the checkpoint") -> type:
-    """The muxplm class the config's first architecture names."""
+def load_config(path: str | Path):
+    """The config of the checkpoint folder ``path``, read once through Transformers' ``AutoConfig``
+    (where ``import muxplm`` registers the MUX configs), to be handed on to :func:`model_class` and
+    :func:`load_model`. A folder released with the paper reads as the BERT / ELECTRA config with the
+    authors' fields that it holds. ``FileNotFoundError`` without a config.json, ``ValueError``
+    naming the file when it is not valid JSON."""
+    from transformers import AutoConfig
+
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
+    try:
+        return AutoConfig.from_pretrained(str(path))
+    except OSError as error:  # Transformers' report of a file it cannot parse
+        if isinstance(error.__context__, (json.JSONDecodeError, UnicodeDecodeError)):
+            raise ValueError(f"{config_file} is not valid JSON: {error.__context__}") from None
+        raise
+
+
+def is_released_config(config) -> bool:
+    """Whether ``config`` (from :func:`load_config`) is that of a folder released with the paper."""
+    return released.is_released_layout(config.to_dict())
+
+
+def model_class(config, source: str | Path = "the checkpoint") -> type:
+    """The muxplm class that a checkpoint's config (from :func:`load_config`) names by its first
+    architecture; for a folder released with the paper, the muxplm class of the same model."""
     import muxplm
 
-    architectures = saved.get("architectures") or []
+    if is_released_config(config):
+        architectures = [released.CLASS_OF_ARCHITECTURE[released.architecture_of(config.to_dict(), source)]]
+    else:
+        architectures = config.architectures or []
     if not architectures:
         raise ValueError(f"{source}/config.json names no architecture; cannot tell which model to load")
     found = getattr(muxplm, architectures[0], None)
     if not isinstance(found, type):
         raise ValueError(f"{source} holds a {architectures[0]}, which is not a muxplm model")
     return found
+
+
+def load_model(path: str | Path, config=None, **kwargs):
+    """The muxplm model of the checkpoint folder ``path``, of the class its config names, built
+    from ``config`` (:func:`load_config`; read here when not given) rather than a second reading
+    of config.json. ``kwargs`` go to ``from_pretrained``."""
+    config = load_config(path) if config is None else config
+    cls = model_class(config, path)
+    if is_released_config(config):
+        # Converted by the loader from the folder itself, which also counts the labels of a
+        # config without them from the classifier's weights.
+        return cls.from_pretrained(str(path), **kwargs)
+    return cls.from_pretrained(str(path), config=config, **kwargs)

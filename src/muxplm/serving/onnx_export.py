@@ -209,16 +209,19 @@ def run_graph(session, batch: dict, num_instances: int, pad_token_id: int = 0, *
 class OnnxRuntimeClassifier:
     """An exported graph in an ONNX Runtime session, called like the PyTorch classifier it came
     from (keyword tensors in; ``composition_seed`` and ``ensemble`` as the model takes them), so
-    that :mod:`muxplm.timing` times and :mod:`muxplm.training.evaluate` scores both alike.
-    Returns the logits as a tensor."""
+    that :mod:`muxplm.timing` times both alike and the inference path
+    (:func:`muxplm.inference.forward_pass`) runs both alike, for evaluation and for the
+    :class:`OnnxPredictor`. Returns the logits as a tensor."""
 
     device = torch.device("cpu")  # inputs are handed to ONNX Runtime from host memory
 
-    def __init__(self, path: str | os.PathLike, config, threads: int | None = None, quantize: str = "none"):
+    def __init__(self, path: str | os.PathLike, config, threads: int | None = None, quantize: str = "none",
+                 cpu_only: bool = True):
         # ``quantize="int8"``: the int8 graph quantised from ``path`` (made when missing or stale)
         self.path = int8_graph(path) if check_quantize(quantize) == "int8" else Path(path)
         self.config = config
-        self.session = onnx_session(self.path, threads, cpu_only=True)  # also where onnxruntime-gpu is installed
+        # ``cpu_only``: the CPU also where onnxruntime-gpu is installed; else CUDA when there is one
+        self.session = onnx_session(self.path, threads, cpu_only=cpu_only)
 
     def __call__(self, *, composition_seed: int | None = None, ensemble: bool = False, **inputs) -> torch.Tensor:
         return run_graph(self.session, inputs, self.config.num_instances, self.config.pad_token_id or 0,
@@ -256,9 +259,10 @@ def task_is_token(model) -> bool:
 
 
 class OnnxPredictor(Predictor):
-    """A :class:`Predictor` whose forward pass runs in ONNX Runtime. Ensembling feeds the
-    graph the same copy layout as the PyTorch model (fillers as all-masked rows) and
-    averages the copies' logits."""
+    """A :class:`Predictor` whose forward pass runs in ONNX Runtime (an
+    :class:`OnnxRuntimeClassifier`, through the same inference path as the PyTorch model).
+    Ensembling and composition seeds feed the graph the same slot layout as the PyTorch model
+    (fillers as all-masked rows); ensembling averages the copies' logits."""
 
     def __init__(self, model, tokenizer, onnx_path, *, threads: int | None = None, quantize: str = "none",
                  **kwargs):
@@ -266,7 +270,8 @@ class OnnxPredictor(Predictor):
         # the int8 graph quantised from ``onnx_path`` instead of ``onnx_path`` itself.
         super().__init__(model, tokenizer, **kwargs)
         self.quantize = check_quantize(quantize)
-        self.session = onnx_session(int8_graph(onnx_path) if self.quantize == "int8" else onnx_path, threads)
+        self.graph = OnnxRuntimeClassifier(onnx_path, model.config, threads, quantize=self.quantize, cpu_only=False)
+        self.session = self.graph.session
 
     @classmethod
     def from_pretrained(cls, path, *, onnx_path=None, threads: int | None = None, max_length: int = 128,
@@ -282,9 +287,5 @@ class OnnxPredictor(Predictor):
         return cls(torch_predictor.model, torch_predictor.tokenizer, onnx_path, threads=threads, quantize=quantize,
                    max_length=max_length, batch_size=torch_predictor.batch_size)
 
-    def run(self, encoded, *, ensemble: bool = False) -> list[torch.Tensor]:
-        logits = run_graph(self.session, self.collate(encoded), self.num_instances,
-                           self.model.config.pad_token_id or 0, ensemble=ensemble)
-        if self.task == "sentence":
-            return list(logits)
-        return [logits[row, : len(item)] for row, item in enumerate(encoded)]
+    def _forward(self, eager: bool):
+        return self.graph

@@ -4,24 +4,24 @@ The :class:`Predictor` tokenizes, batches and multiplexes internally: callers pa
 texts (or ``(text, text_pair)`` tuples) and get one prediction per input, in input order.
 Its three steps (``encode`` -> ``run`` -> ``decode``) are public so the dynamic batcher of
 the server can tokenize per request, run many requests' instances in one multiplexed
-forward pass and decode per request.
+forward pass and decode per request. ``run`` and ``decode`` are the inference path that
+evaluation runs too (:mod:`muxplm.inference`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from functools import partial
 from typing import Sequence
 
 import torch
 
-from muxplm.checkpoints import model_class as checkpoint_model_class
-from muxplm.checkpoints import local_folder, read_config
+from muxplm.checkpoints import load_config, load_model, local_folder, model_class
 from muxplm.choices import COMPILE_MODES  # torch.compile's; reduce-overhead replays CUDA graphs (CUDA only)
-from muxplm.devices import check_finite_weights, default_batch_size, inputs_checked_on_host, resolve_device
-from muxplm.modeling_mux import validate_inputs
+from muxplm.devices import check_finite_weights, default_batch_size, resolve_device
+from muxplm.inference import Encoded, decode, forward_batches, forward_pass, pad_batch
+from muxplm.inference import pad_token_id as batch_pad_token_id
 from muxplm.quantization import check_quantize, quantize_dynamic_int8
-from muxplm.released import input_length
 from muxplm.vocabulary import tokenizer_source
 
 TASKS = ("sentence", "token", "reconstruct")
@@ -92,24 +92,6 @@ class InvalidTextError(ValueError):
 
     def at(self, index: int) -> "InvalidTextError":
         return InvalidTextError(index, self.reason)
-
-
-@dataclass
-class Encoded:
-    """One tokenized instance.
-
-    ``word_starts`` (token tasks): token position of each whitespace word's first sub-word,
-    ``-1`` for words cut off by truncation.
-    """
-
-    input_ids: list[int]
-    token_type_ids: list[int]
-    words: list[str] | None = None
-    word_starts: list[int] | None = None
-    truncated: bool = False
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
 
 
 def default_tokenizer_path() -> str:
@@ -189,8 +171,7 @@ class Predictor:
             config.num_labels == 1 or config.problem_type == "regression"
         )
         self.id2label = {int(k): str(v) for k, v in (config.id2label or {}).items()}
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = pad if pad is not None else (config.pad_token_id or 0)
+        self.pad_token_id = batch_pad_token_id(tokenizer, config)
         # Tokens that carry nothing of an input ([CLS], [SEP], padding; an unknown character's
         # token does): an input made of these alone was empty to the tokenizer.
         self._frame_ids = frozenset(getattr(tokenizer, "all_special_ids", ())) - {getattr(tokenizer, "unk_token_id", None)}
@@ -222,11 +203,11 @@ class Predictor:
         from muxplm.data import load_tokenizer
 
         folder = local_folder(path)  # a hub name: downloaded first
-        saved = read_config(folder)  # a folder released with the paper reads as the muxplm model it holds
-        model_class = checkpoint_model_class(saved, folder)
+        config = load_config(folder)  # read once, handed to the loader
+        model_class(config, folder)  # a folder of another kind of model is refused before its tokenizer is sought
         if tokenizer_path is None:  # before the weights: a folder without its tokenizer is refused at once
-            tokenizer_path = tokenizer_source(folder, saved.get("model_type")) or default_tokenizer_path()
-        model = model_class.from_pretrained(str(folder)).to(device=device, dtype=dtype)
+            tokenizer_path = tokenizer_source(folder, config.model_type) or default_tokenizer_path()
+        model = load_model(folder, config).to(device=device, dtype=dtype)
         tokenizer = load_tokenizer(tokenizer_path)
         return cls(model, tokenizer, max_length=max_length, batch_size=batch_size, quantize=quantize, compile=compile)
 
@@ -407,22 +388,12 @@ class Predictor:
 
     def collate(self, encoded: Sequence[Encoded], *, rows: int | None = None,
                 length: int | None = None) -> dict[str, torch.Tensor]:
-        """The padded batch on the model's device; ``rows`` / ``length`` pad it further (rows
-        past the inputs are empty: attention mask all zero, fillers that join no real group)."""
-        # The paper's released models attend to padding: their inputs have a fixed length.
-        length = max(length or 0, max(len(item) for item in encoded), input_length(self.model.config) or 0)
-        rows = max(rows or 0, len(encoded))
-        ids = torch.full((rows, length), self.pad_token_id, dtype=torch.long)
-        types = torch.zeros((rows, length), dtype=torch.long)
-        mask = torch.zeros((rows, length), dtype=torch.long)
-        for row, item in enumerate(encoded):
-            n = len(item)
-            ids[row, :n] = torch.tensor(item.input_ids)
-            types[row, :n] = torch.tensor(item.token_type_ids)
-            mask[row, :n] = 1
-        validate_inputs(self.model.config, ids, mask, types)  # on the host, once: the pass reads nothing back
+        """The padded batch on the model's device (:func:`muxplm.inference.pad_batch`); ``rows`` /
+        ``length`` pad it further (rows past the inputs are empty: attention mask all zero,
+        fillers that join no real group)."""
+        batch = pad_batch(encoded, self.model.config, self.pad_token_id, rows=rows, length=length)
         device = self.device
-        return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "token_type_ids": types.to(device)}
+        return {key: value.to(device) for key, value in batch.items()}
 
     def pass_shape(self, encoded: Sequence[Encoded], *, ensemble: bool = False) -> tuple[int, int]:
         """Rows and length of the pass over ``encoded``: as they are, or, for a compiled throughput
@@ -434,41 +405,45 @@ class Predictor:
         groups = 1 << (-(-rows // self.num_instances) - 1).bit_length()
         return groups * self.num_instances, length_bucket(length, self.max_length)
 
-    @torch.inference_mode()
-    def run(self, encoded: Sequence[Encoded], *, ensemble: bool = False) -> list[torch.Tensor]:
-        """One multiplexed forward pass over ``encoded`` (grouped in the order given).
+    def run(self, encoded: Sequence[Encoded], *, ensemble: bool = False,
+            composition_seed: int | None = None) -> list[torch.Tensor]:
+        """One multiplexed forward pass over ``encoded`` (:func:`muxplm.inference.forward_pass`),
+        grouped in the order given, or by ``composition_seed``.
 
         Returns one CPU tensor per instance: sentence ``[C]`` logits, token ``[L_i, C]``
         logits, reconstruct ``[L_i]`` retrieved token ids.
         """
         if self.task == "reconstruct" and ensemble:
             raise ValueError("the reconstruct task supports only mode='throughput'")
-        rows, length = self.pass_shape(encoded, ensemble=ensemble)
-        batch = self.collate(encoded, rows=rows, length=length)
-        with inputs_checked_on_host():
-            if self.task == "reconstruct":
-                out = self.model.reconstruct(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-            else:
-                forward = self._compiled if self._compiled is not None and not ensemble else self.model
-                out = forward(**batch, ensemble=ensemble).logits
-        out = out[: len(encoded)]
-        out = out.float().cpu() if out.is_floating_point() else out.cpu()
-        if self.task == "sentence":
-            return list(out)
-        return [out[row, : len(item)] for row, item in enumerate(encoded)]
+        # Extra filler rows would change a seeded composition (it shuffles every row): seeded
+        # passes, like ensemble ones, run eagerly at their own shape.
+        eager = ensemble or composition_seed is not None
+        rows, length = self.pass_shape(encoded, ensemble=eager)
+        return forward_pass(self.model, encoded, task=self.task, pad_token_id=self.pad_token_id,
+                            composition_seed=composition_seed, ensemble=ensemble, rows=rows, length=length,
+                            device=self.device, forward=self._forward(eager))
+
+    def _forward(self, eager: bool):
+        """What runs a pass: the model, its compiled form (throughput passes) or its retrieval."""
+        if self.task == "reconstruct":
+            return self._reconstruct
+        return self._compiled if self._compiled is not None and not eager else self.model
+
+    def _reconstruct(self, *, input_ids, attention_mask, token_type_ids, composition_seed=None, ensemble=False):
+        return self.model.reconstruct(input_ids, attention_mask, token_type_ids, composition_seed=composition_seed)
 
     # ------------------------------------------------------------------ decode
 
     def decode(self, item: Encoded, output: torch.Tensor) -> dict:
+        """One instance's answer from its output (:func:`muxplm.inference.decode`), with its
+        labels' names and probabilities."""
+        predicted = decode(output, self.task, self.is_regression)
         if self.task == "reconstruct":
-            ids = output.tolist()
-            return {"token_ids": ids, "text": self.tokenizer.decode(ids, skip_special_tokens=True)}
+            return {"token_ids": predicted, "text": self.tokenizer.decode(predicted, skip_special_tokens=True)}
         if self.task == "sentence":
             if self.is_regression:
-                return {"score": float(output[0])}
-            probs = output.softmax(-1)
-            best = int(probs.argmax())
-            return {"label": self._label(best), "score": float(probs[best])}
+                return {"score": predicted}
+            return {"label": self._label(predicted), "score": float(output.softmax(-1)[predicted])}
         probs = output.softmax(-1)
         tags, scores = [], []
         for start in item.word_starts:
@@ -476,7 +451,7 @@ class Predictor:
                 tags.append(None)
                 scores.append(None)
                 continue
-            best = int(probs[start].argmax())
+            best = predicted[start]
             tags.append(self._label(best))
             scores.append(float(probs[start, best]))
         return {"words": item.words, "tags": tags, "scores": scores}
@@ -486,23 +461,23 @@ class Predictor:
 
     # ------------------------------------------------------------------ all in one
 
-    def predict(self, inputs, *, mode: str = "throughput", truncate: bool = False) -> list[dict]:
+    def predict(self, inputs, *, mode: str = "throughput", truncate: bool = False,
+                composition_seed: int | None = None) -> list[dict]:
         """Predict for a text, a ``(text, text_pair)`` tuple or a list of either.
 
         ``mode="throughput"`` multiplexes N different inputs per group; ``mode="ensemble"``
         runs every input N times in different slots and averages the logits (slower, usually
-        more accurate). Returns one dict per input, in input order.
+        more accurate). ``composition_seed`` shuffles which inputs share a group, per pass of
+        ``batch_size`` inputs, as evaluation does (:func:`muxplm.inference.forward_batches`);
+        ``None`` groups them in input order. Returns one dict per input, in input order.
         """
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         texts, pairs = self.normalize_inputs(inputs)
         encoded = self.encode(texts, pairs, truncate=truncate)
-        results = []
-        for start in range(0, len(encoded), self.batch_size):
-            chunk = encoded[start : start + self.batch_size]
-            outputs = self.run(chunk, ensemble=mode == "ensemble")
-            results.extend(self.decode(item, output) for item, output in zip(chunk, outputs))
-        return results
+        outputs = forward_batches(partial(self.run, ensemble=mode == "ensemble"), encoded,
+                                  batch_size=self.batch_size, composition_seed=composition_seed)
+        return [self.decode(item, output) for item, output in zip(encoded, outputs)]
 
     __call__ = predict
 

@@ -4,6 +4,7 @@ The paper evaluates every MUX model over several random *compositions* (which in
 a group; the ``composition_seed`` forward argument) and reports mean, std, max and the spread
 between the best and worst seed ("lottery tickets"). The whole dev set is scored: batches need
 not be a multiple of N (the model fills the last group itself), and the last batch is kept.
+Predictions come from the inference path that the server answers through (:mod:`muxplm.inference`).
 """
 
 from __future__ import annotations
@@ -11,75 +12,60 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..checkpoints import local_folder
+from ..checkpoints import load_config, load_model, local_folder, model_class
 from ..choices import RUNTIMES
-from ..data import PaddingCollator, TaskSpec
+from ..data import TaskSpec, load_tokenizer
 from ..devices import check_finite_weights, resolve_device
+from ..inference import Encoded, decode, forward_batches, forward_pass, pad_token_id
 from ..metrics import compute_task_metrics
 from ..quantization import check_quantize, quantize_dynamic_int8
-from ..released import input_length
 from ..timing import side_by_side
+from ..vocabulary import tokenizer_source
 from .inputs import load_task_features
-from .models import load_classifier
 
 
-def predict(model, features, collate, batch_size: int, composition_seed: int | None = None,
-            ensemble: bool = False, shard: tuple[int, int] = (0, 1)) -> tuple[list, list]:
-    """Model outputs for every row of ``features`` (tokenized rows with ``labels``), in order.
+def dev_predictions(model, spec: TaskSpec, features, tokenizer, batch_size: int = 64,
+                    composition_seed: int | None = 0, ensemble: bool = False,
+                    shard: tuple[int, int] = (0, 1)) -> tuple[list, list]:
+    """What the inference path (:mod:`muxplm.inference`, the server's too) predicts for every row
+    of the tokenized ``features``, in order, and the rows' gold labels.
 
-    Sentence tasks: returns (logits rows, label values). Token tasks: (per-row predicted id
-    lists, per-row label lists), each trimmed to the row's length. ``shard=(rank, world)``:
-    this process scores every world-th batch and every process gets all outputs back; the
-    composition of a batch depends on its index only, so the outputs do not depend on the
-    number of processes.
+    Sentence tasks: (a class id or regression score per row, label values). Token tasks: (per-row
+    predicted id lists, per-row label lists), each as long as the row. ``composition_seed`` and
+    ``shard=(rank, world)``: see :func:`muxplm.inference.forward_batches`.
     """
-    rank, world = shard
-    device = model.device
-    mine: list[tuple[int, list, list]] = []
     model.eval()
-    with torch.inference_mode():
-        for index, start in enumerate(range(0, len(features), batch_size)):
-            if index % world != rank:
-                continue
-            outputs, golds = [], []
-            rows = [features[i] for i in range(start, min(start + batch_size, len(features)))]
-            batch = {key: value.to(device) for key, value in collate(rows).items()}
-            labels = batch.pop("labels")
-            # A different composition per batch, fixed by (seed, batch index).
-            seed = None if composition_seed is None else composition_seed * 1_000_003 + index
-            out = model(**batch, composition_seed=seed, ensemble=ensemble)
-            logits = getattr(out, "logits", out).float().cpu()  # an ONNX Runtime graph returns the logits
-            if not torch.isfinite(logits).all():  # metrics of infinite or NaN scores would be meaningless
-                raise ValueError(f"the model's outputs are not finite (overflow or NaN) on the batch of rows "
-                                 f"{start}-{start + len(rows) - 1}; its weights or precision cannot score this data")
-            if logits.dim() == 3:  # token task: keep each row's real length
-                lengths = batch["attention_mask"].sum(dim=1).tolist()
-                ids = logits.argmax(-1)
-                outputs.extend(ids[i, :n].tolist() for i, n in enumerate(lengths))
-                golds.extend(labels[i, :n].tolist() for i, n in enumerate(lengths))
-            else:
-                outputs.extend(logits)
-                golds.extend(labels.cpu().tolist())
-            mine.append((index, outputs, golds))
-    if world > 1:
-        from accelerate.utils import gather_object
+    run_instances = partial(forward_pass, model, task=spec.kind, pad_token_id=pad_token_id(tokenizer, model.config),
+                            ensemble=ensemble)
 
-        mine = gather_object(mine)
-    ordered = sorted(mine, key=lambda part: part[0])
-    return [o for _, part, _ in ordered for o in part], [g for _, _, part in ordered for g in part]
+    def run_pass(rows, composition_seed):
+        outputs = run_instances([instance for _, instance, _ in rows], composition_seed=composition_seed)
+        for (index, _, _), output in zip(rows, outputs):
+            if not torch.isfinite(output).all():  # metrics of infinite or NaN scores would be meaningless
+                raise ValueError(f"the model's outputs are not finite (overflow or NaN) on row {index}; its weights "
+                                 f"or precision cannot score this data")
+        # Decoded before processes gather them, each prediction with its row's label.
+        return [(decode(output, spec.kind, spec.is_regression), label) for (_, _, label), output in zip(rows, outputs)]
+
+    rows = []  # (row index, instance, gold label)
+    for index in range(len(features)):
+        row = features[index]
+        rows.append((index, Encoded.from_features(row), row["labels"]))
+    scored = forward_batches(run_pass, rows, batch_size=batch_size, composition_seed=composition_seed, shard=shard)
+    return [prediction for prediction, _ in scored], [label for _, label in scored]
 
 
-def score(spec: TaskSpec, outputs: list, golds: list) -> dict[str, float]:
+def score(spec: TaskSpec, predictions: list, golds: list) -> dict[str, float]:
+    """The task's metrics of :func:`dev_predictions`' predictions."""
     if spec.kind == "token":
-        return compute_task_metrics(spec, outputs, golds)
-    logits = torch.stack(outputs)
-    predictions = logits.view(-1) if spec.is_regression else logits.argmax(-1)
-    return compute_task_metrics(spec, predictions, torch.tensor(golds))
+        return compute_task_metrics(spec, predictions, golds)
+    return compute_task_metrics(spec, torch.tensor(predictions), torch.tensor(golds))
 
 
 def evaluate_model(model, spec: TaskSpec, features, tokenizer, batch_size: int = 64,
@@ -87,17 +73,18 @@ def evaluate_model(model, spec: TaskSpec, features, tokenizer, batch_size: int =
                    shard: tuple[int, int] = (0, 1)) -> dict[str, float]:
     """Metrics of ``model`` on tokenized ``features`` for one composition seed (sharded over
     processes with ``shard=(rank, world)``; every process gets the metrics)."""
-    collate = PaddingCollator(tokenizer, pad_to_length=input_length(model.config))
-    return score(spec, *predict(model, features, collate, batch_size, composition_seed, ensemble, shard))
+    return score(spec, *dev_predictions(model, spec, features, tokenizer, batch_size, composition_seed, ensemble,
+                                        shard))
 
 
-def predicted_labels(spec: TaskSpec, outputs: list, golds: list) -> list:
+def predicted_labels(spec: TaskSpec, predictions: list, golds: list) -> list:
     """The predicted label of every scored unit: one per example for sentence tasks, one per
-    labelled token for token tasks (regression: the rounded prediction)."""
+    labelled token for token tasks (regression: the prediction rounded to one decimal)."""
     if spec.kind == "token":
-        return [p for row, gold in zip(outputs, golds) for p, g in zip(row, gold) if g != -100]
-    logits = torch.stack(outputs)
-    return logits.view(-1).round(decimals=1).tolist() if spec.is_regression else logits.argmax(-1).tolist()
+        return [p for row, gold in zip(predictions, golds) for p, g in zip(row, gold) if g != -100]
+    if spec.is_regression:
+        return torch.tensor(predictions).round(decimals=1).tolist()
+    return list(predictions)
 
 
 def changed_fraction(per_seed_predictions: list[list]) -> float:
@@ -164,9 +151,11 @@ def evaluate_checkpoint(
         raise ValueError("runtime='onnx' scores on the CPU (ONNX Runtime's CPU session); leave device unset")
     quantize = check_quantize(quantize, device or "cpu")
     checkpoint = local_folder(checkpoint)  # a hub name: downloaded first
-    model, tokenizer = load_classifier(checkpoint)
+    config = load_config(checkpoint)  # read once, handed to the loader
+    kind = classifier_kind(config, checkpoint)
+    model = load_model(checkpoint, config)
+    tokenizer = load_tokenizer(tokenizer_source(checkpoint, config.model_type))
     check_finite_weights(model, checkpoint)  # scores of NaN weights would be silently meaningless
-    kind = "token" if "TokenClassification" in type(model).__name__ else "sentence"
     label_names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     spec, features = load_task_features(
         tokenizer, task=task, train_file=train_file, validation_file=validation_file,
@@ -186,12 +175,11 @@ def evaluate_checkpoint(
             model = quantize_dynamic_int8(model)
         n = model.config.num_instances
         seed_list = list(range(seeds)) if n > 1 else [0]  # N=1: every composition is the same
-        collate = PaddingCollator(tokenizer, pad_to_length=input_length(model.config))
         per_seed, predictions = [], []
         for seed in seed_list:
-            outputs, golds = predict(model, rows, collate, batch_size, seed)
-            per_seed.append(score(spec, outputs, golds))
-            predictions.append(predicted_labels(spec, outputs, golds))
+            predicted, golds = dev_predictions(model, spec, rows, tokenizer, batch_size, seed)
+            per_seed.append(score(spec, predicted, golds))
+            predictions.append(predicted_labels(spec, predicted, golds))
         ensembled = evaluate_model(model, spec, rows, tokenizer, batch_size, 0, ensemble=True) if ensemble else None
     result = {
         "checkpoint": str(checkpoint), "task": spec.name, "split": split, "num_instances": n, "quantize": quantize,
@@ -216,6 +204,17 @@ def _onnx_runtime_model(model, folder: Path, quantize: str):
     graph = export_graph(model.eval(), folder / "model.onnx")["path"]
     # As many threads as PyTorch would use (OMP_NUM_THREADS / torch.set_num_threads)
     return OnnxRuntimeClassifier(graph, model.config, threads=torch.get_num_threads(), quantize=quantize)
+
+
+def classifier_kind(config, checkpoint) -> str:
+    """``"sentence"`` or ``"token"``: the kind of classifier a checkpoint's config names; a
+    ``ValueError`` for any other model (e.g. a pre-training checkpoint)."""
+    architecture = model_class(config, checkpoint).__name__
+    for marker, kind in (("ForSequenceClassification", "sentence"), ("ForTokenClassification", "token")):
+        if architecture.endswith(marker):
+            return kind
+    raise ValueError(f"{checkpoint} is not a fine-tuned classifier (it holds {architecture}); evaluate needs the "
+                     f"output of `muxplm finetune`")
 
 
 def _max_length(model) -> int:
