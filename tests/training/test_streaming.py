@@ -11,7 +11,7 @@ from datasets import Dataset
 from datasets.distributed import split_dataset_by_node
 from training_utils import MICRO_MODEL, read_log, run_cli
 
-from muxplm.training.trainer import ShuffledStream
+from muxplm.training.streams import ShuffledStream
 
 
 def _stream(rows: int = 100, shards: int = 4):

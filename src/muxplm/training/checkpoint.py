@@ -261,29 +261,15 @@ def run_record(checkpoint: str | Path) -> dict[str, Any]:
             **recorded.get("attributes", {})}
 
 
-def _safe_globals() -> list:
-    """The only classes and functions a checkpoint's pickles may name besides tensors and plain
-    containers: NumPy's RNG state (an ``ndarray`` of ``uint32``, in ``random_states_<rank>.pkl``),
-    the same list Accelerate allows for its own ``weights_only`` loads."""
-    try:
-        from accelerate.utils.other import TORCH_SAFE_GLOBALS
-
-        return list(TORCH_SAFE_GLOBALS)
-    except ImportError:  # another Accelerate: name NumPy's types ourselves
-        import numpy as np
-
-        try:
-            from numpy._core.multiarray import _reconstruct
-        except ImportError:
-            from numpy.core.multiarray import _reconstruct
-        return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), __import__("codecs").encode]
-
-
 def load_file(path: Path, map_location=None) -> Any:
     """``torch.load`` of a checkpoint file, ``weights_only`` (a pickle naming anything but tensors,
     plain containers and NumPy's RNG state is refused unrun), with an error that names the file."""
+    from accelerate.utils.other import TORCH_SAFE_GLOBALS
+
     try:
-        with torch.serialization.safe_globals(_safe_globals()):
+        # NumPy's RNG state (random_states_<rank>.pkl) is the one thing allowed beyond tensors and
+        # plain containers: the list Accelerate allows for its own weights-only loads.
+        with torch.serialization.safe_globals(list(TORCH_SAFE_GLOBALS)):
             return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # truncated, garbled or code-carrying pickles raise many types
         raise ValueError(f"{path} is corrupt, unreadable or not plain checkpoint state "

@@ -55,7 +55,7 @@ class JSONObject(dict):
 def setting(default: Any = None, help: str | dict[str, str] | None = None, *, group: str,
             commands: tuple[str, ...] = TRAINING_COMMANDS, **flag: Any) -> Any:
     """A :class:`TrainConfig` field and its flag: the ``commands`` it applies to, its ``group``
-    (a key of :data:`HELP_SECTIONS`), its help (one text, or one per command) and argparse
+    (a key of :data:`HELP_SECTIONS`), its help (one text, or one per command or tuple of commands) and argparse
     options such as ``choices`` and ``metavar`` (``muxplm.training.cli`` builds the flags)."""
     if group not in HELP_SECTIONS or not set(commands) <= set(TRAINING_COMMANDS):
         raise ValueError(f"a setting's group is one of {', '.join(HELP_SECTIONS)} and its commands among "
@@ -94,10 +94,8 @@ class TrainConfig:
                                             "XLM-R / CamemBERT, DistilBERT or MPNet; its model_type decides)",
                                        group="model", commands=CHOSEN_MODEL, metavar="DIR")
     keep_layers: int | None = setting(
-        help={PRETRAIN: "with --init-encoder or --init: keep only the encoder's first k layers (a cut encoder: "
-                        "fewer layers, faster, and stackable with N)",
-              FINETUNE: "with --init-encoder or --init: keep only the encoder's first k layers (a cut encoder: "
-                        "fewer layers, faster, and stackable with N)",
+        help={CHOSEN_MODEL: "with --init-encoder or --init: keep only the encoder's first k layers (a cut encoder: "
+                            "fewer layers, faster, and stackable with N)",
               CONVERT: "keep only the plain encoder's first k layers (a cut encoder: fewer layers, faster, and "
                        "stackable with N)"},
         group="model", metavar="K")
@@ -105,8 +103,7 @@ class TrainConfig:
                                       "--init-encoder, else electra for --stage electra, else bert)",
                                  group="model", commands=CHOSEN_MODEL, choices=FAMILIES)
     num_instances: int | None = setting(
-        help={PRETRAIN: "N, inputs per forward pass (1 = plain baseline; default: the --init checkpoint's, else 2)",
-              FINETUNE: "N, inputs per forward pass (1 = plain baseline; default: the --init checkpoint's, else 2)",
+        help={CHOSEN_MODEL: "N, inputs per forward pass (1 = plain baseline; default: the --init checkpoint's, else 2)",
               CONVERT: "N >= 2, inputs per forward pass (required)"}, group="multiplexing")
     # No fixed choices: any registered variant is accepted (the model config checks the registries).
     mux_type: str | None = setting(help=f"multiplexer ({', '.join(MUX_TYPES)}, or a registered one)",
@@ -260,7 +257,9 @@ def command_settings(command: str) -> list[dataclasses.Field]:
 def setting_help(setting_field: dataclasses.Field, command: str) -> str:
     """The help of a setting's flag in ``command``."""
     text = setting_field.metadata["help"]
-    return text[command] if isinstance(text, dict) else text
+    if isinstance(text, dict):
+        return next(help for owners, help in text.items() if command in ((owners,) if isinstance(owners, str) else owners))
+    return text
 
 
 def refuse_foreign_settings(settings: dict[str, Any], command: str, source: str) -> None:
@@ -320,16 +319,9 @@ def resolve(config: TrainConfig, size: str | None, num_instances: int = 1, defau
         values["num_epochs"] = 1.0
     if values["warmup_steps"] is None and values["warmup_ratio"] is None:
         values["warmup_ratio"] = 0.0
-    if values["consistency_weight"] is None:
-        values["consistency_weight"] = 0.0
-    if values["group_by_length"] is None:
-        values["group_by_length"] = False
-    if values["load_best_at_end"] is None:
-        values["load_best_at_end"] = False
-    if values["adam_eps"] is None:
-        values["adam_eps"] = 1e-6
-    if values["eval_batch_size"] is None:
-        values["eval_batch_size"] = max(values["batch_size"], 64)
+    fallbacks = {"consistency_weight": 0.0, "group_by_length": False, "load_best_at_end": False, "adam_eps": 1e-6,
+                 "eval_batch_size": max(values["batch_size"] or 0, 64)}  # what no recipe sets
+    values.update({key: value for key, value in fallbacks.items() if values[key] is None})
     resolved = TrainConfig(**values)
     check_values(resolved)
     return resolved

@@ -11,7 +11,7 @@ the reporting integrations (``report_to``), ``push_to_hub``, ``checkpoint-N`` fo
 - the grouping of instances into batches as a sampler (:class:`MicroBatchLoader`): a micro-batch
   is a pure function of (seed, index), so a resumed run sees exactly the batches an
   uninterrupted one would have seen, and a resume skips to its position without reading the
-  batches before it;
+  batches before it; a streamed training set is read through :mod:`muxplm.training.streams`;
 - an ``evaluator(model, (rank, world)) -> metrics`` run in place of the Trainer's prediction loop
   (a MUX model's predictions depend on how the evaluation set is grouped, which it fixes);
 - callbacks: progressive multiplexing, the ``log.jsonl`` run log, a progress line every few
@@ -24,8 +24,6 @@ the reporting integrations (``report_to``), ``push_to_hub``, ``checkpoint-N`` fo
 from __future__ import annotations
 
 import contextlib
-import copy
-import itertools
 import json
 import math
 import os
@@ -44,6 +42,7 @@ from transformers.trainer_callback import ExportableState, PrinterCallback, Prog
 from transformers.trainer_utils import TrainOutput
 
 from . import checkpoint as ckpt
+from .streams import ShuffledStream, StreamLoader, is_stream
 
 STATE_FILE = ckpt.STATE_FILE
 
@@ -182,67 +181,6 @@ class MicroBatchLoader(torch.utils.data.DataLoader):
         resumed = MicroBatchLoader(*self.settings, start=count)
         resumed.set_epoch(self.sampler.epoch)
         return resumed
-
-
-class ShuffledStream(torch.utils.data.IterableDataset):
-    """A stream's rows (this rank's share of a ``datasets.IterableDataset``) in a shuffled order
-    that a checkpoint can resume exactly: read ``window`` rows at a time, each window permuted by
-    (seed, epoch, window index). Its state is the source's state where the window began and the
-    position in it; a resume reads that window again and goes on from the position. (A shuffle
-    buffer would lose its contents on resume.)"""
-
-    def __init__(self, source, seed: int, window: int = 10_000):
-        self.source, self.seed, self.window, self.epoch = source, seed, window, 0
-        self.position: dict[str, Any] = {"epoch": 0, "source": None, "window": 0, "taken": 0}
-        self._resume: dict[str, Any] | None = None
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.source.set_epoch(epoch)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._resume = dict(state)
-        self.set_epoch(state["epoch"])
-
-    def state_dict(self) -> dict[str, Any]:
-        return dict(self.position)
-
-    def __iter__(self):
-        start = self._resume or {"source": None, "window": 0, "taken": 0}
-        self._resume = None
-        if start["source"] is not None:
-            self.source.load_state_dict(start["source"])
-        rows, index, taken, at = iter(self.source), start["window"], start["taken"], start["source"]
-        while True:
-            window = list(itertools.islice(rows, self.window))
-            if not window:
-                return
-            order = torch.randperm(len(window), generator=torch.Generator().manual_seed(
-                (self.seed * 1_000_003 + self.epoch) * 1_000_003 + index)).tolist()
-            for k in range(taken, len(window)):
-                self.position = {"epoch": self.epoch, "source": at, "window": index, "taken": k + 1}
-                yield window[order[k]]
-            at, index, taken = copy.deepcopy(self.source.state_dict()), index + 1, 0
-
-
-class StreamLoader(torch.utils.data.DataLoader):
-    """This rank's micro-batches of a stream: ``batch_size`` rows of a :class:`ShuffledStream`,
-    collated with random draws seeded by the micro-batch's index (as :class:`MicroBatches`)."""
-
-    def __init__(self, stream: ShuffledStream, collate, batch_size: int, seed: int, rank: int, first: int = 0):
-        self.stream, self.collate_rows, self.seed, self.rank, self.micro_step = stream, collate, seed, rank, first
-        self.epoch_offset = 0
-        super().__init__(stream, batch_size=batch_size, collate_fn=self._collate, num_workers=0)
-
-    def _collate(self, rows: list[dict]) -> dict[str, torch.Tensor]:
-        generator = getattr(self.collate_rows, "generator", None)
-        if isinstance(generator, torch.Generator):
-            generator.manual_seed((self.seed * 1_000_003 + self.micro_step) * 1009 + self.rank)
-        self.micro_step += 1
-        return self.collate_rows(rows)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.stream.set_epoch(epoch + self.epoch_offset)
 
 
 # --------------------------------------------------------------------------- callbacks
@@ -435,16 +373,13 @@ class _StepStats:
 @contextlib.contextmanager
 def _rng_preserved():
     """Evaluation must not shift the training RNG streams (exact resume depends on it)."""
-    state = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
-             torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+    state = random.getstate(), np.random.get_state()
     try:
-        yield
+        with torch.random.fork_rng():  # the CPU's and every GPU's
+            yield
     finally:
         random.setstate(state[0])
         np.random.set_state(state[1])
-        torch.set_rng_state(state[2])
-        if state[3] is not None:
-            torch.cuda.set_rng_state_all(state[3])
 
 
 # --------------------------------------------------------------------------- the trainer
@@ -503,7 +438,7 @@ class MuxTrainer(Trainer):
 
     def get_train_dataloader(self):
         rows = self.train_dataset
-        if _is_stream(rows):  # a datasets.IterableDataset: each process reads its own share
+        if is_stream(rows):  # a datasets.IterableDataset: each process reads its own share
             from datasets.distributed import split_dataset_by_node
 
             share = split_dataset_by_node(rows, rank=self.args.process_index, world_size=self.args.world_size)
@@ -720,14 +655,6 @@ class MuxTrainer(Trainer):
             raise ValueError(
                 f"cannot resume {checkpoint} exactly: {', '.join(differences)} would skip or repeat training data; "
                 f"resume with the saved settings, or start a new run (another --output-dir, or --init {checkpoint})")
-
-
-def _is_stream(rows) -> bool:
-    try:
-        from datasets import IterableDataset
-    except ImportError:
-        return False
-    return isinstance(rows, IterableDataset)
 
 
 def _stopped_early(state: TrainerState) -> bool:
