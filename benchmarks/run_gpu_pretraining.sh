@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 69's GPU measurements in one script of under 10 minutes (one CUDA GPU, muxplm installed;
+# The pre-training GPU measurements in one script of under 10 minutes (one CUDA GPU, muxplm installed;
 # results under benchmarks/results/gpu/ by default):
 #   (a) inference throughput of the base model in bf16 at the paper's batch of 128 x 128,
 #       N = 1 / 2 / 5 / 10, eager and replayed as CUDA graphs, side by side;

@@ -90,13 +90,72 @@ def test_every_results_file_and_page_the_readme_names_exists():
     assert not missing, f"README.md names paths that do not exist: {missing}"
 
 
+@pytest.mark.parametrize("page", [*DOCS, ROOT / "benchmarks" / "README.md"], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_results_file_a_page_names_exists(page):
+    """A figure quoted in the docs comes from a file in the tree: every results path named exists."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)  # commands may name outputs
+    missing = sorted(p for p in _named_paths(text) if not (ROOT / p).exists() and not (page.parent / p).exists())
+    assert not missing, f"{page.name} names paths that do not exist: {missing}"
+
+
+MAX_WORDS = 40  # per sentence and per table cell
+
+
+def _prose(page: Path) -> list[tuple[int, str]]:
+    """A page's sentences and table cells, by line: code blocks, inline code and link targets left out."""
+    pieces, fenced, paragraph = [], False, []
+
+    def flush():
+        text = " ".join(line for _, line in paragraph)
+        pieces.extend((paragraph[0][0], sentence) for sentence in re.split(r"(?<=[.!?])\s+", text) if sentence)
+        paragraph.clear()
+
+    for number, line in enumerate(_lines(page), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        line = re.sub(r"\]\([^)]*\)", "]", re.sub(r"`[^`]*`", "code", line)) if not fenced else ""
+        if line.lstrip().startswith("|"):
+            flush()
+            pieces.extend((number, cell) for cell in line.strip().strip("|").split("|"))
+        elif not line.strip() or line.startswith("#"):
+            flush()
+        else:
+            paragraph.append((number, line.strip()))
+    flush()
+    return pieces
+
+
+@pytest.mark.parametrize("page", [README, ROOT / "docs" / "results.md"], ids=lambda p: str(p.relative_to(ROOT)))
+def test_sentences_and_table_cells_are_short(page):
+    long = [(number, len(text.split()), text[:80]) for number, text in _prose(page) if len(text.split()) > MAX_WORDS]
+    assert not long, f"{page.name}: sentences or cells over {MAX_WORDS} words (line, words, start): {long}"
+
+
+def test_the_word_bound_catches_a_long_sentence(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("Short one. " + " ".join(["word"] * 41) + ".\n\n| a | " + " ".join(["w"] * 41) + " |\n"
+                    "\n```\n" + " ".join(["code"] * 60) + "\n```\n")
+    assert sorted(len(text.split()) for _, text in _prose(page) if len(text.split()) > MAX_WORDS) == [41, 41]
+
+
+def test_benchmarks_hold_the_commands_and_the_quoted_results_only():
+    tracked = subprocess.run(["git", "ls-files", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert len(tracked.stdout.split()) <= 200
+    assert len(_lines(ROOT / "benchmarks" / "README.md")) <= 300
+
+
 def _slug(heading: str) -> str:
     """GitHub's anchor for a heading."""
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
     return text.replace(" ", "-")
 
 
-@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", [README, *DOCS, ROOT / "benchmarks" / "README.md",
+                                  ROOT / "benchmarks" / "results" / "serve" / "README.md"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page):
     text = page.read_text(encoding="utf-8")
     anchors, fenced = set(), False
