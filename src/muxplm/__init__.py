@@ -37,8 +37,8 @@ _EXPORTS = {
     "MuxElectraForPreTraining": "modeling_electra",
 }
 _LIGHT_MODULES = {"choices"}  # the ones that import neither PyTorch nor Transformers
-# The Transformers Auto classes, which an earlier version of this package imported and so held
-# (``muxplm.AutoModelForSequenceClassification``); still there, not exported.
+# The Transformers Auto classes, reachable as attributes (``muxplm.AutoModelForSequenceClassification``)
+# for code written against the versions that imported them; not exported.
 _AUTO_CLASSES = ("AutoConfig", "AutoModel", "AutoModelForMaskedLM", "AutoModelForPreTraining",
                  "AutoModelForSequenceClassification", "AutoModelForTokenClassification")
 

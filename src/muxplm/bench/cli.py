@@ -139,8 +139,8 @@ def _add_reproduce(subparsers, name: str, help: str) -> None:
                     help="with --full (implied) or --gpu: each input's first layer run on it alone and composition "
                     "consistency on sentence tasks, predictions that barely change with the companions, at a lower "
                     "speed-up")
-    rp.add_argument("--output-dir", default="benchmarks/results/reproduce/run", metavar="DIR",
-                    help="where the results go (default: benchmarks/results/reproduce/run)")
+    rp.add_argument("--output-dir", default="runs/reproduce", metavar="DIR",
+                    help="where the results go (default: runs/reproduce)")
     rp.add_argument("--runs-dir", default=None, metavar="DIR", help="where the checkpoints go (default: OUTPUT_DIR/runs)")
     rp.add_argument("--models", type=_csv(), default=None,
                     help="comma list of models or groups: paper (every system of the paper at N = 2 / 5 / 10 and "
@@ -156,7 +156,7 @@ def _add_reproduce(subparsers, name: str, help: str) -> None:
     rp.add_argument("--progress", action="store_true", help="show training progress bars")
     rp.add_argument("--merge", nargs="+", metavar="RESULTS_DIR", default=None,
                     help="instead of training: one table from these runs' results folders (shards of one "
-                    "reproduction run in different sessions, same recipe and code), every row timed again side "
+                    "reproduction run apart, same recipe and code), every row timed again side "
                     "by side, into --output-dir")
     rp.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's choice); with --models and a "
                     "shared --runs-dir, shards can run side by side and a last run over all models collects them")

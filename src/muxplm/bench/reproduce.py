@@ -82,8 +82,8 @@ MODELS = {
     "mux-minilm-2": ModelRecipe("MUX-MiniLM N=2 (warm start)", 2, "gaussian_hadamard", "rsa", warm_start=True,
                                 baseline="minilm"),
 }
-# The speed-first conversion, two unmuxed layers (the recipe's choice until the three-layer rows
-# were measured; benchmarks/run_cpu_reproduce_convert.sh)
+# The speed-first conversion, two unmuxed layers (faster than the conversion recipe's three, and less
+# accurate).
 MODELS.update({
     f"convert-minilm-{n}": ModelRecipe(f"MUX-MiniLM N={n} (convert, 2 unmuxed layers)", n, "gaussian_hadamard",
                                        "unbind", warm_start=True, baseline="minilm", converted=True, unmuxed_layers=2)
@@ -96,7 +96,7 @@ MODELS.update({
                                             converted=True, unmuxed_layers=k)
     for n in (2, 5) for k in (0, 4)
 })
-# Three unmuxed layers, the conversion recipe's own (benchmarks/run_cpu_reproduce_convert_k3.sh)
+# Three unmuxed layers, the conversion recipe's own.
 MODELS.update({
     f"convert-minilm-{n}-k3": ModelRecipe(f"MUX-MiniLM N={n} (convert, 3 unmuxed layers)", n, "gaussian_hadamard",
                                           "unbind", warm_start=True, baseline="minilm", converted=True, unmuxed_layers=3)
@@ -234,7 +234,7 @@ def _run(config: TrainConfig) -> dict[str, Any]:
 
 
 def _common(recipe: dict, output_dir: Path, stage: str, seed: int, progress: bool) -> dict[str, Any]:
-    # A checkpoint every SAVE_STEPS steps (one kept): a stop, such as a session's end, loses at most
+    # A checkpoint every SAVE_STEPS steps (one kept): a stop (the process killed midway) loses at most
     # that much of a stage. Stages that end with their best weights save where they evaluate.
     return dict(stage=stage, output_dir=str(output_dir), seed=seed, max_length=recipe["max_length"],
                 mixed_precision=recipe["mixed_precision"], warmup_ratio=recipe["warmup_ratio"], logging_steps=20,
@@ -268,8 +268,7 @@ def pretrain_model(key: str, recipe: dict, root: Path, encoder: str | None, seed
     # masked-LM pre-training alone gave every token the same vector, where 120 such steps took the
     # outputs' cosine from 0.61 to 0.03. Such a row keeps the retrieval term through its
     # pre-training, as the MUX rows do: without it 50 masked-LM steps took the cosine back to
-    # 1.0000; with it 250 steps ended at 0.10 with masked-token accuracy 13.9 %, the unigram's 6.0 %
-    # (paper-stable/base-prime-probe).
+    # 1.0000; with it 250 steps ended at 0.10 with masked-token accuracy 13.9 %, the unigram's 6.0 %.
     prime_plain = priming.pop("prime_plain_rows", False)
     pretrain = {**recipe["pretrain"], **size.get("pretrain", {})}
     if not prime_plain:
@@ -715,8 +714,8 @@ def _stage_codes(training: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
 def _precision_on(device: str, mixed_precision: str) -> str:
     """A recipe's training precision on ``device``: a GPU recipe's fp16 / auto train in float32 on
     a CPU, while bf16 asked for stays (CPU autocast, native on CPUs with AVX-512 BF16 or AMX: the
-    stable table's BERT and ELECTRA rows trained in 0.6-0.7x the time, benchmarks/README.md), refused
-    before any stage runs on a CPU without it."""
+    stable table's BERT and ELECTRA rows train in 0.6-0.7x the time), refused before any stage runs
+    on a CPU without it."""
     if device.startswith("cuda"):
         return mixed_precision
     if mixed_precision == "bf16":
@@ -736,10 +735,10 @@ MERGE_TIMING_SETTINGS = ("batches", "trials", "warmup", "statistic")
 
 def merge_reproductions(parts: list[str | Path], output_dir: str | Path, log=print,
                         device: str | None = None, timing: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One table from the results folders of several runs of one reproduction: the shards that
-    sessions trained one pair at a time, whose checkpoints did not outlive their session. The
+    """One table from the results folders of several runs of one reproduction: shards trained
+    apart (a few rows at a time, on machines whose checkpoints need not outlive the run). The
     parts must share the recipe and the code every stage was trained with (one source hash). A
-    row may come in parts with different tasks (a row too slow for one session, fine-tuned a few
+    row may come in parts with different tasks (a row too slow for one run, fine-tuned a few
     tasks at a time) when each of its tasks comes once and its pre-training stages ended the same
     in every part (same steps, loss and held-out scores: the same deterministic run); in the
     end every row has every task. Scores and training summaries are taken as the parts measured

@@ -110,8 +110,8 @@ def _batch_or_auto(text: str) -> int | None:
 
 
 def _bench_arguments(parser) -> None:
-    parser.add_argument("--out-dir", default="benchmarks/results/serve", metavar="DIR",
-                        help="where the JSON and PNG go (default: benchmarks/results/serve)")
+    parser.add_argument("--out-dir", default="runs/serve-bench", metavar="DIR",
+                        help="where the JSON and PNG go (default: runs/serve-bench)")
     parser.add_argument("--num-instances", type=_ints, default=(1, 2, 5, 10), help="e.g. 1,2,5,10")
     parser.add_argument("--concurrency", type=_ints, default=(1, 16, 64, 256), help="e.g. 1,16,64,256")
     parser.add_argument("--requests", type=int, default=3000, help="requests per concurrency level")

@@ -225,7 +225,7 @@ def _scrape_fill(url: str) -> float | None:
 
 
 def run_serve_bench(
-    out_dir: str | os.PathLike = "benchmarks/results/serve",
+    out_dir: str | os.PathLike = "runs/serve-bench",
     *,
     num_instances: tuple[int, ...] = (1, 2, 5, 10),
     concurrency: tuple[int, ...] = (1, 16, 64, 256),

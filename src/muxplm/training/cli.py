@@ -265,8 +265,8 @@ def _given_settings(args: argparse.Namespace) -> dict[str, Any]:
 # The one stage that finetune and convert run: a --config file may name it, and no other.
 _OWN_STAGE = {FINETUNE: "finetune", CONVERT: "retrieval"}
 # What a run saves beside its model: every setting, those of the other commands included. Given
-# as --config, it runs that training again (benchmarks/run_stable_finetune_again.sh), so there the
-# settings this command does not take are left out rather than refused.
+# as --config, it runs that training again, so there the settings this command does not take are
+# left out rather than refused.
 RUN_SETTINGS_FILE = "train_config.json"
 
 

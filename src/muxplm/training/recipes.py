@@ -2,9 +2,9 @@
 defaults (the paper's and the tiny CPU ones), the conversion of a pretrained encoder, the demo,
 the reproduction presets, and the settings the benchmark sweeps share. Each keeps, beside its
 numbers, the measurements that chose them. The modules that run them (``config``, ``convert``,
-``demo``, ``muxplm.bench.reproduce``) read them from here. The experiment grids under
-``benchmarks/experiments`` read their shared settings from here too; the settings a grid varies
-are its own (they are what it measures).
+``demo``, ``muxplm.bench.reproduce``) read them from here. The experiment grids read their
+shared settings from here too (``SWEEP_WARM_FINETUNE``, ``CONVERT_GRID``); the settings a grid
+varies are its own (they are what it measures).
 """
 
 from __future__ import annotations
@@ -75,16 +75,16 @@ def _paper(stage: str, task: str | None, size: str | None) -> dict[str, Any]:
     return paper_finetune(task)
 
 
-# Composition consistency for MUX fine-tuning (benchmarks/results/curves/consistency-stability.md):
+# Composition consistency for MUX fine-tuning:
 # at N = 2 / 5 on sentiment it cut the dev predictions that change with the composition from
 # 21.8 / 27.1 % to 11.7 / 16.2 % (weight 4) and kept or raised the accuracy; each step encodes
 # the batch twice.
 CONSISTENCY_WEIGHT = 4.0
 
 # CPU recipe for the tiny preset: short sequences, higher learning rates, a few hundred steps.
-# Priming (benchmarks/results/curves/priming): 32 multiplexed groups a step, 32-token blocks and
-# the in-batch softmax; MUX pre-training keeps the auxiliary retrieval loss (r = 0.2), without
-# which a short MLM stage undoes the priming (not for N = 1: MUX_ONLY_SETTINGS below).
+# Priming: 32 multiplexed groups a step, 32-token blocks and the in-batch softmax; MUX
+# pre-training keeps the auxiliary retrieval loss (r = 0.2), without which a short MLM stage
+# undoes the priming (not for N = 1: MUX_ONLY_SETTINGS below).
 TINY_RECIPE = {
     "retrieval": dict(lr=1e-3, batch_groups=32, max_length=32, max_steps=400, warmup_ratio=0.1,
                       weight_decay=0.01, eval_steps=100, save_steps=100, logging_steps=10,
@@ -92,10 +92,10 @@ TINY_RECIPE = {
     "mlm": dict(lr=5e-4, batch_size=32, max_length=64, max_steps=400, warmup_ratio=0.1,
                 weight_decay=0.01, eval_steps=200, save_steps=200, logging_steps=10,
                 retrieval_loss_weight=0.2, retrieval_softmax="in_batch"),
-    # Sentence heads read each instance's mean over its tokens (benchmarks/results/curves/pooling:
-    # N = 2 sentiment 77.6 vs 73.5 from the first position; N = 1 80.3 vs 81.3).
+    # Sentence heads read each instance's mean over its tokens (N = 2 sentiment 77.6 vs 73.5 from
+    # the first position; N = 1 80.3 vs 81.3).
     # MUX models fine-tune N times the epochs (the same encoder compute; capped): with 2 epochs
-    # the N = 5 sentiment head stays at chance, with 10 it learns (benchmarks/results/curves/pooling).
+    # the N = 5 sentiment head stays at chance, with 10 it learns.
     "finetune": dict(lr=2e-4, batch_size=32, max_length=64, num_epochs=3.0, min_steps=600, warmup_ratio=0.1,
                      weight_decay=0.0, eval_steps=200, save_steps=200, logging_steps=10, sentence_pooling="mean",
                      epochs_scale_with_instances=20.0, consistency_weight=CONSISTENCY_WEIGHT),
@@ -118,18 +118,15 @@ def for_instances(settings: dict[str, Any], num_instances: int) -> dict[str, Any
 
 # --------------------------------------------------------------------------- muxplm convert
 
-# Measured on MiniLM (benchmarks/results/curves/convert, 2-core CPU): 200 priming steps of 32
-# groups of 32-token blocks; the fresh modules' learning rate rises to 2e-4 over the run, the
-# encoder's to 2e-5. Three of MiniLM's six layers run unmuxed: with the same fine-tuning compute
-# as plain MiniLM that keeps 96.3 / 94.0 / 90.7 % of its sentence-task average at N = 2 / 5 / 10
-# and runs 1.5x / 1.9x / 1.9x as fast; two keep 92.2 / 86.3 / 88.7 % at 1.6x / 2.0x / 2.3x, none
-# left N = 2 sentiment at 68.5 % (benchmarks/results/reproduce/convert-k3, .../convert).
-# It is the most accurate conversion found, but not ahead of MiniLM cut to its first layers
-# (--keep-layers) at the same speed (benchmarks/results/convert-pareto). With every layer on
-# the mixture (K = 0), 15x the priming or distilling the plain encoder's states for as long
-# did not lift the fine-tuned score (benchmarks/results/convert-curves).
-# Distilling the plain encoder's states as well (--teacher PLAIN_DIR) changed nothing measurable
-# at twice the step cost, so it is off.
+# Measured on MiniLM (2-core CPU): 200 priming steps of 32 groups of 32-token blocks; the fresh modules'
+# learning rate rises to 2e-4 over the run, the encoder's to 2e-5. Three of MiniLM's six layers run
+# unmuxed: with the same fine-tuning compute as plain MiniLM that keeps 96.3 / 94.0 / 90.7 % of its
+# sentence-task average at N = 2 / 5 / 10 and runs 1.5x / 1.9x / 1.9x as fast; two keep 92.2 / 86.3 /
+# 88.7 % at 1.6x / 2.0x / 2.3x, none left N = 2 sentiment at 68.5 %. It is the most accurate conversion
+# found, but not ahead of MiniLM cut to its first layers (--keep-layers) at the same speed. With every
+# layer on the mixture (K = 0), 15x the priming or distilling the plain encoder's states for as long
+# does not lift the fine-tuned score. Distilling the plain encoder's states as well (--teacher
+# PLAIN_DIR) changes nothing measurable at twice the step cost, so it is off.
 CONVERT_RECIPE: dict[str, Any] = dict(
     stage="retrieval", demux_type="unbind", batch_groups=32, max_length=32, max_steps=200, lr=2e-4,
     encoder_lr=2e-5, retrieval_softmax="in_batch", warmup_ratio=1.0, weight_decay=0.01, eval_steps=100,
@@ -137,18 +134,16 @@ CONVERT_RECIPE: dict[str, Any] = dict(
 )
 # `convert --mlm-steps S`: S steps of MLM on mixtures after the priming, with the auxiliary retrieval
 # loss (r = 0.2), lr 5e-4 for the fresh MLM head and 1e-4 for the encoder, warm-up over the first
-# tenth (the settings of benchmarks/run_cpu_convert_mlm_k0.sh, results/convert-mlm-k0*), on blocks
-# of the priming's length.
+# tenth, on blocks of the priming's length.
 CONVERT_MLM: dict[str, Any] = dict(retrieval_loss_weight=0.2, lr=5e-4, encoder_lr=1e-4, warmup_ratio=0.1,
                                    warmup_steps=None, batch_groups=32, weight_decay=0.01)
 # A converted encoder fine-tunes at 2e-4 with its encoder at 1e-4: the larger encoder rate is what the
-# converted encoder needs (benchmarks/results/curves/convert-finetune, n2-*-enc1e-4 against enc2e-4).
+# converted encoder needs (at N = 2, encoder rate 1e-4 against 2e-4).
 CONVERTED_FINETUNE: dict[str, Any] = dict(lr=2e-4, encoder_lr=1e-4)
 # On a GPU (``muxplm convert --gpu``): the measured recipe as it is, in bf16 (seconds to minutes).
 # Not longer: three times the priming steps doubled N = 10's held-out retrieval (27 -> 56 %) but
-# fine-tuned no better on trec and 2.4 points worse on sentiment (benchmarks/README.md,
-# *Longer conversion priming*). Conversions ran on an H100 in fp32 (benchmarks/results/convert-curves);
-# this bf16 recipe itself has not.
+# fine-tuned no better on trec and 2.4 points worse on sentiment. The conversions were measured on
+# an H100 in fp32; this bf16 recipe itself was not.
 GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
 
 
@@ -157,9 +152,9 @@ GPU_CONVERT_RECIPE: dict[str, Any] = dict(mixed_precision="bf16")
 # `muxplm demo`: the tiny preset on the CPU; the full demo needs 30 to 40 minutes on 2 idle cores
 # (most of it the N = 1 fine-tuning), --quick about one.
 # Priming as in the tiny training recipe (unbinding demux, 32 groups a step of 32-token blocks,
-# in-batch softmax; benchmarks/results/curves/priming); MUX pre-training keeps the auxiliary
-# retrieval loss (r = 0.2): without it the short MLM stage undid the priming and fine-tuning
-# stayed at chance (51 % vs 77 % on sentiment at N = 2).
+# in-batch softmax); MUX pre-training keeps the auxiliary retrieval loss (r = 0.2): without it
+# the short MLM stage undoes the priming and fine-tuning stays at chance (51 % vs 77 % on
+# sentiment at N = 2).
 # Every stage warms up over its first tenth. The MLM section's retrieval loss applies to MUX models
 # only (a plain model has nothing to retrieve).
 DEMO_FULL = dict(
@@ -172,13 +167,12 @@ DEMO_FULL = dict(
     # composition consistency (weight 4) for 6 epochs instead, at about the same time: on the demo's
     # checkpoints 79.7 % against 79.1 %, and 12.0 % of its predictions changed by the composition
     # against 18.8 %, in 1.06x the fine-tuning time. N = 5 keeps it off: at 6 epochs it lost 1.2
-    # points (76.5 %), at 4 epochs 4.3, and 8 epochs with it would double the fine-tuning time
-    # (benchmarks/results/demo/stable.json, benchmarks/demo_stable.py).
+    # points (76.5 %), at 4 epochs 4.3, and 8 epochs with it would double the fine-tuning time.
     finetune=dict(num_epochs=8.0, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=None,
                   min_steps=1, sentence_pooling="mean", consistency_weight=0.0,
                   by_instances={2: dict(num_epochs=6.0, consistency_weight=CONSISTENCY_WEIGHT)}),
     # Timed by the median of nine round-robin trials: the mean of three put N = 2 anywhere from
-    # 1.82x to 2.35x across the demo's runs on the 2-core VM (benchmarks/results/demo history).
+    # 1.82x to 2.35x across the demo's runs on a 2-core VM.
     seeds=5, throughput=dict(batch_size=128, seq_length=48, num_batches=5, trials=9, statistic="median"),
 )
 DEMO_QUICK = dict(
@@ -244,8 +238,7 @@ _TINY_2L = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2, int
 # the same steps at the warm-start learning rates. Every stage warms up over its first tenth
 # (``warmup_ratio``; the conversion keeps its own ramp, CONVERT_RECIPE). ``quick``: <= 30 min on the 2-core CPU machine;
 # ``full``: the tiny preset, about 11 h there for the paper's 19 rows (two one-thread shards side by
-# side; benchmarks/run_reproduce_paper.sh runs a pair a session); ``gpu``: the full rule on a GPU with
-# a three times longer fine-tuning (below).
+# side); ``gpu``: the full rule on a GPU with a three times longer fine-tuning (below).
 REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
     "quick": dict(
         preset="tiny", model_overrides=_TINY_2L, max_length=32, warmup_ratio=0.1, corpus_max_words=60_000,
@@ -259,9 +252,9 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
                         dtype="float32"),
     ),
     # ``full`` is the demo's proven tiny recipe (see muxplm.training.demo) applied to every row.
-    # Priming (benchmarks/results/curves/priming): the unbinding demux, 32 groups
-    # a step (batch = 32 x N instances), the in-batch softmax and 32-token blocks take held-out
-    # retrieval accuracy at N = 10 from 10 % to 59 % in 300 steps; 400 steps here.
+    # Priming: the unbinding demux, 32 groups a step (batch = 32 x N instances), the in-batch
+    # softmax and 32-token blocks take held-out retrieval accuracy at N = 10 from 10 % to 59 % in
+    # 300 steps; 400 steps here.
     "full": dict(
         preset="tiny", model_overrides={"retrieval_softmax": "in_batch"}, max_length=48, warmup_ratio=0.1,
         corpus_max_words=400_000, corpus_sources=None,
@@ -272,16 +265,15 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         # (the best of one length grid). The lengths each row needs differ by far: an earlier grid's N = 1
         # BERT scored 82.2 on sentiment after 538 steps and 79.7 after 5,380 (over-fitted), while
         # MUX-BERT N = 5 / 10 kept 95 / 91 % only after 2,690 / 5,380. Composition consistency is
-        # off: it doubles a MUX step (benchmarks/results/curves/consistency measures it).
+        # off: it doubles a MUX step.
         # Cost (2-core CPU, two one-thread shards side by side): a step takes 0.86 / 0.47 / 0.27 /
         # 0.20 s at N = 1 / 2 / 5 / 10 (small: 2.6 s at N = 1); ~22 core-hours for the 19 rows of
         # `--models paper`. Not length-grouped batches, though they would cut a step by a fifth: on
         # MUX-BERT N = 2 sentiment they cost 1.8 points and raised the predictions changed by the
-        # composition from 11.7 to 15.9 % (benchmarks/results/curves/consistency,
-        # `n2-sentiment-w4-bylength`).
+        # composition from 11.7 to 15.9 %.
         # All of every task's training data (sentiment 8,607, trec 4,843, pos 51,606, ner 2,155
         # sentences). NER: WNUT-16 entities are rare; at 2e-4 the early probes predicted none.
-        # Sentence heads pool each instance's tokens (curves/pooling).
+        # Sentence heads pool each instance's tokens (as TINY_RECIPE's).
         finetune=dict(max_steps=1500, lr=2e-4, batch_size=32, max_train_examples=None, max_eval_examples=1000,
                       consistency_weight=0.0, eval_steps=250, save_steps=250,
                       load_best_at_end=True),
@@ -290,16 +282,16 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         # A row of its own size (the larger size's rows) fine-tunes at that size's rate, the rest of the
         # rule unchanged (applied over `finetune`, then over `task_finetune`). At the tiny rate BERT-small
         # (4 layers of 512) never left chance on sentiment (dev 51-65 %, loss 0.69); at 1e-4 it reached
-        # 81.6 % in 750 steps (benchmarks/results/reproduce/paper-full/small-lr-probe) and both of its rows
-        # trained under the full rule (paper-full/larger-gpu); NER keeps the tiny rows' 5x ratio.
+        # 81.6 % in 750 steps and both of its rows train under the full rule; NER keeps the tiny rows'
+        # 5x ratio.
         # A size may also set its own `retrieval` and `pretrain` settings. `base` has none yet: its N = 1
         # row's masked-LM pre-training gives every token the same vector (at 250 and 1,500 steps, lr 5e-4
-        # or 1e-4) and its fine-tuning stays at chance (paper-stable/bf16/base-lr-probe), so its first
-        # setting is a pre-training that keeps the tokens apart, to be found on a GPU. A size's
+        # or 1e-4) and its fine-tuning stays at chance, so its first setting is a pre-training that
+        # keeps the tokens apart, to be found on a GPU. A size's
         # `retrieval` may set `prime_plain_rows` to prime its N = 1 rows as well: 120 such steps took base's
         # output cosine from 0.61 to 0.03, and from there sentiment left chance at BERT's 2e-5 (62.3 % after
-        # 100 steps), not at 1e-4 (paper-stable/base-prime-probe). A primed N = 1 row keeps the retrieval
-        # term through its masked-LM pre-training, which otherwise gave every token one vector again by step 50.
+        # 100 steps), not at 1e-4. A primed N = 1 row keeps the retrieval term through its masked-LM
+        # pre-training, which otherwise gave every token one vector again by step 50.
         sizes=dict(small=dict(finetune=dict(lr=1e-4), task_finetune=dict(ner=dict(lr=5e-4)))),
         warm=dict(retrieval_steps=80, pretrain_steps=80, lr=1e-4, finetune_lr=5e-5, max_train_examples=2000),
         seeds=5, ensemble_models=["mux-bert-2", "mux-bert-5", "mux-bert-10", "mux-electra-2"],
@@ -307,9 +299,8 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         throughput=dict(batch_size=128, seq_length=48, batches=5, trials=3, warmup=2, clock="process",
                         dtype="float32"),
     ),
-    # Conversion of the pretrained MiniLM (benchmarks/results/curves/convert): every row
-    # fine-tunes 2,000 examples per task for 20 epochs with the head at 2e-4 and the encoder at 5e-5
-    # (the same for every row: benchmarks/results/convert-stack20 shows that longer fine-tuning lifts
+    # Conversion of the pretrained MiniLM: every row fine-tunes 2,000 examples per task for 20 epochs
+    # with the head at 2e-4 and the encoder at 5e-5 (the same for every row: longer fine-tuning lifts
     # the plain and cut rows as much as the multiplexed ones).
     "convert": dict(
         preset="tiny", model_overrides={}, max_length=48, warmup_ratio=0.1, corpus_max_words=400_000,
@@ -319,7 +310,7 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
         finetune=dict(num_epochs=20.0, min_steps=1, lr=2e-4, encoder_lr=5e-5, batch_size=32, max_train_examples=2000,
                       max_eval_examples=1000, sentence_pooling="mean"),
         # The encoder at 1e-4 for sentence tasks too: a converted encoder must adapt further than
-        # a plain one (N = 2 trec 87.0 vs 80.3 at 5e-5, sentiment 81.6 vs 79.3; curves/convert-finetune).
+        # a plain one (N = 2 trec 87.0 vs 80.3 at 5e-5, sentiment 81.6 vs 79.3).
         task_finetune=dict(ner=dict(lr=5e-4, encoder_lr=1e-4), sentiment=dict(encoder_lr=1e-4),
                            trec=dict(encoder_lr=1e-4)),
         warm=dict(finetune_lr=None, max_train_examples=None),  # every row is warm: the finetune section rules
@@ -329,13 +320,13 @@ REPRODUCTION_PRESETS: dict[str, dict[str, Any]] = {
     ),
 }
 
-# ``gpu``: the full rule on one GPU (benchmarks/run_reproduce_gpu.sh runs the rows side by side), in fp32
-# as measured, with every fine-tuning three times as long: on an H200 the tiny MUX-BERT N = 5 / 10 rows
-# kept 96.3 / 93.0 % of BERT's sentence score after 4,500 steps where the 1,500 of the CPU table gave
-# 89.1 / 77.6 %, six of their eight dev curves still rising, while BERT peaked inside the grid
-# (benchmarks/results/reproduce/paper-full/longer-grid-gpu). A tiny row's step takes ~25 ms there with
-# four runs sharing the GPU. The larger size is `small` at its own rate (`sizes`); `base` needs its
-# own pre-training first (`sizes` above). Timed by the wall clock: a GPU's work is not the process's CPU time.
+# ``gpu``: the full rule on one GPU (several rows side by side), in fp32 as measured, with every
+# fine-tuning three times as long: on an H200 the tiny MUX-BERT N = 5 / 10 rows kept 96.3 / 93.0 % of
+# BERT's sentence score after 4,500 steps where the 1,500 of the CPU table gave 89.1 / 77.6 %, six of
+# their eight dev curves still rising, while BERT peaked inside the grid. A tiny row's step takes ~25 ms
+# there with four runs sharing the GPU. The larger size is `small` at its own rate (`sizes`); `base`
+# needs its own pre-training first (`sizes` above). Timed by the wall clock: a GPU's work is not the
+# process's CPU time.
 REPRODUCTION_PRESETS["gpu"] = copy.deepcopy(REPRODUCTION_PRESETS["full"])
 REPRODUCTION_PRESETS["gpu"].update(
     finetune={**REPRODUCTION_PRESETS["full"]["finetune"], "max_steps": 4500, "eval_steps": 750, "save_steps": 750},
@@ -344,31 +335,29 @@ REPRODUCTION_PRESETS["gpu"].update(
 )
 
 # ``stable``: the full rule with the two levers that made the predictions stop depending on the
-# companions (benchmarks/results/reproduce/paper-full/churn). Each input's first encoder layer runs
-# on it alone (one unmuxed layer): the sentence predictions changed by the composition fell from
-# 21-26 / 36-48 % to 4-7 / 3-15 % at N = 2 / 5, the token ones to 1-2.4 %, and retention rose to
-# meet every target of the paper's rows at N = 2 / 5 / 10. Composition consistency (weight 4) on
-# the sentence tasks then took trec to 5.0 / 3.9 % for MUX-BERT (4.1-5.0 % over three data-order
-# seeds at N = 2, where weight 2 spans 4.3-9.3 %: paper-stable/trec-seeds) and
-# 3.3 / 4.5 % for MUX-ELECTRA, whose N = 2 sentiment went from 5.8 to 3.7 %. The price is a layer
-# per input: 1.8x / 2.5x / 3.1x where every layer on the mixture runs at 2.3x / 5.2x / 10x (tiny
-# model, CPU). Rows with one input ignore both.
+# companions. Each input's first encoder layer runs on it alone (one unmuxed layer): the sentence
+# predictions changed by the composition fell from 21-26 / 36-48 % to 4-7 / 3-15 % at N = 2 / 5, the
+# token ones to 1-2.4 %, and retention rose to meet every target of the paper's rows at N = 2 / 5 / 10.
+# Composition consistency (weight 4) on the sentence tasks then took trec to 5.0 / 3.9 % for MUX-BERT
+# (4.1-5.0 % over three data-order seeds at N = 2, where weight 2 spans 4.3-9.3 %) and 3.3 / 4.5 % for
+# MUX-ELECTRA, whose N = 2 sentiment went from 5.8 to 3.7 %. The price is a layer per input: 1.8x /
+# 2.5x / 3.1x where every layer on the mixture runs at 2.3x / 5.2x / 10x (tiny model, CPU). Rows with
+# one input ignore both.
 # `--stable` applies to the CPU rule (``stable``) and to the GPU's three times longer one
 # (``gpu-stable``: `muxplm reproduce --gpu --stable`; not yet run on a GPU). `--set mixed_precision=bf16`
 # took the BERT and ELECTRA rows to 0.66 of the time on a CPU with AVX-512 BF16, with the same
-# multiplexed scores (paper-stable/bf16/).
+# multiplexed scores.
 # On the CPU the stable rule fine-tunes 900 steps, not 1,500, so that the whole table fits 4 hours on
-# two cores (paper-stable/bf16-900-w150: every stage in bf16). The shorter grid needs two changes:
-# consistency weight 8, without which MUX-ELECTRA N = 2's trec churn rose to 6.3 % over three
-# data-order seeds (4.8 % with 8: paper-stable/grid-900), and the 1,500-step grid's 150 warm-up steps
-# (with 90, MUX-ELECTRA N = 10's NER reached F1 0.0 / 8.5 / 21.7 over three data-order seeds, every
-# token O at the first; with 150, 22.0 / 20.7: paper-stable/bf16-900/ner-warmup-mux-electra-10).
+# two cores (every stage in bf16). The shorter grid needs two changes: consistency weight 8, without
+# which MUX-ELECTRA N = 2's trec churn rose to 6.3 % over three data-order seeds (4.8 % with 8), and
+# the 1,500-step grid's 150 warm-up steps (with 90, MUX-ELECTRA N = 10's NER reached F1 0.0 / 8.5 /
+# 21.7 over three data-order seeds, every token O at the first; with 150, 22.0 / 20.7).
 STABLE_CPU_FINETUNE = dict(max_steps=900, warmup_steps=150)
 STABLE_CPU_CONSISTENCY_WEIGHT = 8.0
 # The larger size (4 layers of 512, at its own rate) takes weight 12 on trec: at 8, 5.4 % of its
 # answers changed with the composition (4.8-6.0 % over three data-order seeds), at 12 3.5 % (2.8-4.7)
 # for 0.6 of a point (82.9 against 83.5, within the seeds' spread); 16 cost 2.7 points, two of its
-# three dev curves still rising at 900 steps (paper-stable/bf16-900-w150/trec-small).
+# three dev curves still rising at 900 steps.
 STABLE_CPU_SIZE_CONSISTENCY = dict(small=dict(trec=12.0))
 
 
@@ -392,22 +381,22 @@ REPRODUCTION_PRESETS["gpu-stable"] = _with_stable_levers(REPRODUCTION_PRESETS["g
 # The preset that `--stable` makes of each base preset it applies to.
 STABLE_PRESETS = {"full": "stable", "gpu": "gpu-stable"}
 
-# --------------------------------------------------------------------------- benchmarks/experiments
+# --------------------------------------------------------------------------- experiment grids
 
-# Fine-tuning a warm-started encoder in the recipe sweeps (benchmarks/experiments/sweep.py): the
-# fresh head and mux/demux modules at 2e-4, the pretrained layers at 5e-5; 2,000 sentences, mean
-# pooling, 48 tokens (the sweep sets the epochs: 3, or N x 3 for MUX models).
+# Fine-tuning a warm-started encoder in the recipe sweeps: the fresh head and mux/demux modules at 2e-4,
+# the pretrained layers at 5e-5; 2,000 sentences, mean pooling, 48 tokens (the sweep sets the epochs: 3,
+# or N x 3 for MUX models).
 SWEEP_WARM_FINETUNE: dict[str, Any] = dict(
     stage="finetune", task="sentiment", lr=2e-4, encoder_lr=5e-5, batch_size=32, max_length=48,
     max_train_examples=2000, max_eval_examples=1000, sentence_pooling="mean", min_steps=1, warmup_ratio=0.1,
     eval_steps=10**9, save_steps=10**9, logging_steps=10,
 )
 
-# The conversion grids (benchmarks/experiments/convert_grid.py): the reproduction's fine-tuning of
-# converted MiniLM (results/reproduce/convert-k3) without composition consistency, 3 epochs for N = 1
-# rows and as many more for a MUX row as give it its N = 1 model's encoder compute (at most 20) unless
-# a row fixes its epochs; conversions at 5e-4 for the fresh modules and 1e-4 for the encoder with a
-# 10 % warm-up, 64 groups of 32-token blocks a step (the grids' CPU rows ask for 32).
+# The conversion grids: the reproduction's fine-tuning of converted MiniLM (the ``convert`` preset)
+# without composition consistency, 3 epochs for N = 1 rows and as many more for a MUX row as give it
+# its N = 1 model's encoder compute (at most 20) unless a row fixes its epochs; conversions at 5e-4
+# for the fresh modules and 1e-4 for the encoder with a 10 % warm-up, 64 groups of 32-token blocks a
+# step (the grids' CPU rows ask for 32).
 CONVERT_GRID: dict[str, Any] = dict(
     convert=dict(batch_groups=64, lr=5e-4, encoder_lr=1e-4, warmup_ratio=0.1, max_length=32),
     finetune=dict(lr=2e-4, encoder_lr=1e-4, max_train_examples=2000, max_eval_examples=1000, batch_size=32,
