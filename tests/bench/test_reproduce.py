@@ -215,7 +215,7 @@ def test_a_row_of_its_own_size_fine_tunes_at_that_sizes_rate(monkeypatch, tmp_pa
     row of the larger size takes its size's rates (over the task's), everything else unchanged."""
     from muxplm.bench import reproduce
 
-    monkeypatch.setattr(reproduce, "_run", lambda config: config)
+    monkeypatch.setattr(reproduce.run, "_run", lambda config: config)
     recipe = resolve_recipe("full")
 
     def settings(key, task):
@@ -235,7 +235,7 @@ def test_the_stable_cpu_rule_gives_the_larger_size_more_consistency_on_trec(monk
     its N = 1 row has no composition and drops the weight; the GPU's stable rule is unchanged."""
     from muxplm.bench import reproduce
 
-    monkeypatch.setattr(reproduce, "_run", lambda config: config)
+    monkeypatch.setattr(reproduce.run, "_run", lambda config: config)
 
     def weight(preset, key, task):
         return finetune_model(key, task, str(tmp_path / "init"), resolve_recipe(preset), tmp_path, None)[1].consistency_weight
@@ -252,7 +252,7 @@ def test_a_row_of_its_own_size_pre_trains_by_that_sizes_settings(monkeypatch, tm
     """``sizes`` reaches the priming and pre-training stages too, for that size's rows only."""
     from muxplm.bench import reproduce
 
-    monkeypatch.setattr(reproduce, "_run", lambda config: config)
+    monkeypatch.setattr(reproduce.run, "_run", lambda config: config)
     recipe = resolve_recipe("full")
     recipe["sizes"] = {"small": {"pretrain": {"max_steps": 7, "lr": 3e-5, "warmup_ratio": 0.5},
                                  "retrieval": {"max_steps": 9}}}
@@ -349,7 +349,7 @@ def test_a_stage_is_replaced_only_once_its_new_version_has_finished(micro_run, t
     stage = runs / "mux-bert-2" / "2-pretrain"
     before = (stage / "train_results.json").stat().st_mtime_ns
     with monkeypatch.context() as patch:
-        patch.setattr(reproduce, "run_stage", stopped)
+        patch.setattr(reproduce.run, "run_stage", stopped)
         with pytest.raises(KeyboardInterrupt):
             rerun({**MICRO, "pretrain.retrieval_loss_weight": 0.5})
     assert (runs / "mux-bert-2" / ".2-pretrain.training" / "log.jsonl").is_file()
@@ -442,9 +442,9 @@ def stage_settings(monkeypatch):
     def fake_throughput(checkpoints, **kwargs):
         return {key: {"samples_per_s": 100.0 * reproduce.MODELS[key].num_instances} for key in checkpoints}
 
-    monkeypatch.setattr(reproduce, "_run", fake_run)
-    monkeypatch.setattr(reproduce, "evaluate", fake_evaluate)
-    monkeypatch.setattr(reproduce, "measure_side_by_side", fake_throughput)
+    monkeypatch.setattr(reproduce.run, "_run", fake_run)
+    monkeypatch.setattr(reproduce.run, "evaluate", fake_evaluate)
+    monkeypatch.setattr(reproduce.run, "measure_side_by_side", fake_throughput)
     return stages
 
 
