@@ -405,6 +405,24 @@ CONVERT_GRID: dict[str, Any] = dict(
     epochs=3.0, task_epochs=dict(ner=5.0), epochs_cap=20.0,
 )
 
+# `muxplm frontier`: every candidate fine-tunes by one rule, so that their scores compare, the
+# conversion grids' rule above (the one the Pareto tables of converted MiniLM were measured with):
+# the fresh modules at 2e-4, the encoder at 1e-4, 32 examples a step, a 10 % warm-up, sentence
+# heads pooling each instance's tokens, no composition consistency (it doubles a MUX step), 3
+# epochs for a plain or cut model and, for a MUX model, as many more as give it the encoder
+# compute of its plain model (at most 20). Conversions run the convert recipe (CONVERT_RECIPE) as
+# it is. A budget too small for the whole plan first drops the optional candidates, then trains
+# the kept ones on `scales` of the training examples and of the priming steps, never fewer than
+# the floors. Timing: the throughput benchmark's batch of 128, three round-robin trials.
+FRONTIER: dict[str, Any] = dict(
+    finetune=dict(lr=2e-4, encoder_lr=1e-4, batch_size=32, warmup_ratio=0.1, min_steps=1, consistency_weight=0.0),
+    sentence_finetune=dict(sentence_pooling="mean"),
+    epochs=CONVERT_GRID["epochs"], epochs_cap=CONVERT_GRID["epochs_cap"],
+    scales=(1.0, 0.5, 0.25, 0.125, 0.0625), min_train_examples=64, min_priming_steps=20,
+    seeds=5, eval_batch_size=64,
+    timing=dict(batch_size=128, batches=5, trials=3, warmup=2, clock="wall"),
+)
+
 
 RECIPES: dict[str, Any] = {
     "stages/paper": PAPER_RECIPE,
@@ -416,6 +434,7 @@ RECIPES: dict[str, Any] = {
     **{f"reproduce/{name}": preset for name, preset in REPRODUCTION_PRESETS.items()},
     "experiments/sweep-finetune": SWEEP_WARM_FINETUNE,
     "experiments/convert-grid": CONVERT_GRID,
+    "frontier": FRONTIER,
 }
 
 
