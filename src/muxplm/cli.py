@@ -35,6 +35,8 @@ COMMANDS = {
                         "muxplm.training.evaluate"),
     "demo": Command("muxplm.training.cli", "all three stages on the tiny preset, N=1 vs N=2 vs N=5 (--quick: N=1 "
                     "vs N=2), on CPU", "muxplm.training.demo"),
+    "frontier": Command("muxplm.frontier.cli", "which speed-up to ship: cuts, N, int8 and ONNX Runtime fine-tuned, "
+                        "scored and timed on your data within a budget", "muxplm.frontier.run"),
     "bench": Command("muxplm.bench.cli", "benchmarks (throughput, profiling)", "muxplm.bench.throughput"),
     "analyze": Command("muxplm.bench.cli", "analyses: pareto, muxology, ensemble, lottery", "muxplm.bench.analysis"),
     "reproduce": Command("muxplm.bench.cli", "small-scale reproduction of the paper's Table 1 (train, evaluate, "
