@@ -85,6 +85,7 @@ def plot_frontier(rows: list[dict[str, Any]], path: str | os.PathLike, *, recomm
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(8, 5.5))
     for row in rows:
@@ -108,12 +109,17 @@ def plot_frontier(rows: list[dict[str, Any]], path: str | os.PathLike, *, recomm
         if any(row["num_instances"] == n for row in rows):
             ax.scatter([], [], color=colour, label=f"N = {n}")
     ax.set_xscale("log")
+    speeds = [row["speedup"] for row in rows]
+    ticks = [t for t in (0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+             if min(speeds) / 1.2 <= t <= max(speeds) * 1.2]
+    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("speed-up over the plain model (fp32, this device)")
     ax.set_ylabel("accuracy (the task's main metric)")
-    ax.set_title(title or "accuracy against speed: circles fp32, squares int8, triangles ONNX Runtime int8",
-                 fontsize=9)
+    markers = "circles fp32, squares int8, triangles ONNX Runtime int8"
+    ax.set_title(f"{title}\n{markers}" if title else markers, fontsize=9)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="lower left")
+    ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)

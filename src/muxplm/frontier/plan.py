@@ -23,14 +23,20 @@ from typing import Any
 
 from ..training.recipes import CONVERT_RECIPE, FRONTIER
 
-# Seconds a training or evaluation run spends before its first step (reading the data, building and
-# loading the model): a guess, corrected by the measured ratio as the candidates finish.
+# Seconds a training run spends before its first step (reading the data, building the model) and an
+# evaluation before its first pass (loading the checkpoint and the data): guesses, corrected by the
+# measured ratios as the candidates finish.
 RUN_OVERHEAD_SECONDS = 5.0
+EVAL_OVERHEAD_SECONDS = 1.5
 # A conversion primes on blocks of this many tokens, this many multiplexed groups a step.
 PRIMING_BLOCK = CONVERT_RECIPE["max_length"]
 PRIMING_GROUPS = CONVERT_RECIPE["batch_groups"]
-# Exporting a model to ONNX and checking it, in forward passes of the plain model (a guess).
-ONNX_EXPORT_PASSES = 20
+# Exporting a model to ONNX and checking it, in forward passes of the plain model (about a second for
+# MiniLM on two cores).
+ONNX_EXPORT_PASSES = 3
+# How much faster an int8 copy runs its passes (MiniLM on a 2-core CPU: 1.5x in PyTorch, 1.8x in ONNX
+# Runtime), to price its evaluation and timing.
+INT8_SPEEDUP = 1.5
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*([hms]?)", re.IGNORECASE)
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
@@ -212,16 +218,12 @@ def estimate(candidate: Candidate, times: StepTimes, workload: Workload, deepest
     passes = math.ceil(workload.eval_examples / times.eval_batch_size)
     seeds = workload.seeds if n > 1 else 1
     forward = times.forward(per_instance)
-    full_forward = times.forward(workload.num_layers)
-    variants = 1 + len(workload.int8)
-    evaluation = variants * (RUN_OVERHEAD_SECONDS + passes * seeds * forward)
-    if "onnx" in workload.int8:
-        evaluation += ONNX_EXPORT_PASSES * full_forward
+    variants = 1 + len(workload.int8) / INT8_SPEEDUP  # in fp32 passes
+    export = ONNX_EXPORT_PASSES * times.forward(workload.num_layers) if "onnx" in workload.int8 else 0.0
+    evaluation = (1 + len(workload.int8)) * EVAL_OVERHEAD_SECONDS + variants * passes * seeds * forward + export
     # The side-by-side timing: every variant's passes of a timing batch (eval_length tokens).
     timing_forward = forward * workload.timing_batch_size / times.eval_batch_size
-    timing = variants * workload.timing_passes * timing_forward
-    if "onnx" in workload.int8:
-        timing += ONNX_EXPORT_PASSES * full_forward
+    timing = variants * workload.timing_passes * timing_forward + export
     total = priming + finetune + evaluation + timing
     return dict(priming=priming, finetune=finetune, evaluation=evaluation, timing=timing, total=total)
 

@@ -152,10 +152,10 @@ def int8_runtimes(requested: Sequence[str], device: str, log: Callable[[str], No
 
 
 def measure_step_times(plain_dir: Path, data: TaskData, device: str,
-                       batch_size: int = FRONTIER["finetune"]["batch_size"], steps: int = 3) -> StepTimes:
+                       batch_size: int = FRONTIER["finetune"]["batch_size"], steps: int = 5) -> StepTimes:
     """Seconds of a fine-tuning step (``batch_size`` examples) and of an evaluation pass of the plain
-    encoder and of its first layer alone, with random weights of its shape on ``device`` (one
-    untimed step each first)."""
+    encoder and of its first layer alone, with random weights of its shape on ``device`` (the median
+    of ``steps``, after two untimed ones)."""
     import torch
     from transformers import AutoConfig
 
@@ -212,16 +212,22 @@ def quiet_export():
         yield
 
 
-def _seconds(run: Callable[[], Any], repeats: int, device: str) -> float:
+def _seconds(run: Callable[[], Any], repeats: int, device: str, warmup: int = 2) -> float:
+    """The median seconds of ``repeats`` calls of ``run`` after ``warmup`` untimed ones (the first
+    calls pay for allocation and kernel selection); the median, as a busy machine's bursts of load
+    would move a mean."""
     from ..timing import sync
 
-    run()  # untimed: the first call pays for allocation and kernel selection
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
+    for _ in range(warmup):
         run()
-    sync(device)
-    return (time.perf_counter() - start) / repeats
+    seconds = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        run()
+        sync(device)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
 
 
 # --------------------------------------------------------------------------- commands
@@ -277,6 +283,12 @@ class FrontierRun:
     log: Callable[[str], None]
     data: TaskData | None = None
     num_layers: int = 0
+
+    @property
+    def model_label(self) -> str:
+        """The encoder by its folder's name (with its parent's where the folder is a generic ``model``)."""
+        name = self.plain_dir.name
+        return f"{self.plain_dir.parent.name}/{name}" if name in ("model", "models") else name
 
     @property
     def task_label(self) -> str:
@@ -617,7 +629,7 @@ def write_outputs(run: FrontierRun, plan: Plan, rows: list[dict[str, Any]], timi
                   f"{plan.scale:g} of the training examples and of the priming steps, to fit the budget")
     data = run.data
     lines = [
-        f"# Frontier: {run.plain_dir.name} on {run.task_label}",
+        f"# Frontier: {run.model_label} on {run.task_label}",
         "",
         f"Task {run.task_label} ({data.kind}, main metric {data.metric}): {data.train_examples} training and "
         f"{data.eval_examples} validation examples; every model trained on {trained_on}.",
@@ -638,7 +650,7 @@ def write_outputs(run: FrontierRun, plan: Plan, rows: list[dict[str, Any]], timi
     lines += ["", f"Timing again with the benchmark: `{check}`", ""]
     write_text_atomic(run.output_dir / "frontier.md", "\n".join(lines))
     plot_frontier(rows, run.output_dir / "frontier.png", recommended=chosen["name"], min_retention=run.min_retention,
-                  title=f"{run.plain_dir.name} on {run.task_label}: accuracy against speed ({len(rows)} models)")
+                  title=f"{run.model_label} on {run.task_label}: accuracy against speed-up")
     return report
 
 
@@ -757,7 +769,7 @@ def _plan(run: FrontierRun, settings: dict[str, Any], cuts, instances, max_train
         log(f"frontier: going on with the plan in {path}")
         return plan, saved["prepare_seconds"]
     start = time.monotonic()
-    log(f"frontier: reading the data and timing a few steps of {run.plain_dir.name} on {run.train_device}")
+    log(f"frontier: reading the data and timing a few steps of {run.model_label} on {run.train_device}")
     given = run.data_settings
     run.data = read_task(run.plain_dir, task=given.get("task"), train_file=_first(given.get("train_file")),
                          validation_file=given.get("validation_file"), task_kind=given.get("task_kind"),
