@@ -281,3 +281,27 @@ def test_a_killed_run_resumes_without_training_again_and_ends_with_the_same_tabl
     assert (out / "frontier.md").read_text() == table and again["rows"] == resumed["rows"]
     with pytest.raises(ValueError, match="other settings"):
         frontier_run.run_frontier(tiny / "plain", out, **{**settings, "min_retention": 0.9})
+
+
+def test_the_printed_commands_rebuild_a_candidate_that_evaluate_scores_alike(tiny, uninterrupted):
+    """The table agrees with the same candidate built by hand: its printed `muxplm convert` and
+    `muxplm finetune` commands, then `muxplm evaluate`, give its score."""
+    import shlex
+
+    out, _ = uninterrupted
+    row = next(row for row in json.loads((out / "frontier.json").read_text())["rows"] if row["name"] == "n2")
+    moved = {str(out / "candidates" / "n2"): str(tiny / "by-hand")}
+    for command in row["commands"]:
+        words = [next((word.replace(old, new) for old, new in moved.items() if word.startswith(old)), word)
+                 for word in shlex.split(command)]
+        assert words[0] == "muxplm" and run_cli(*words[1:], "--no-progress").returncode == 0, command
+    scored = run_cli("evaluate", str(tiny / "by-hand" / "model"), "--validation-file", str(tiny / "dev.csv"),
+                     "--seeds", "2", "--output", str(tiny / "by-hand.json"))
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    from safetensors.torch import load_file
+
+    built, rebuilt = (load_file(Path(folder, "model.safetensors")) for folder in (row["checkpoint"], tiny / "by-hand/model"))
+    assert built.keys() == rebuilt.keys() and all((built[key] == rebuilt[key]).all() for key in built)
+    result = json.loads((tiny / "by-hand.json").read_text())
+    assert 100 * result["summary"]["main"]["mean"] == pytest.approx(row["accuracy"])
+    assert 100 * result["changed_across_seeds"] == pytest.approx(row["churn"])
