@@ -300,7 +300,8 @@ def test_the_printed_commands_rebuild_a_candidate_that_evaluate_scores_alike(tin
     assert scored.returncode == 0, scored.stderr[-2000:]
     from safetensors.torch import load_file
 
-    built, rebuilt = (load_file(Path(folder, "model.safetensors")) for folder in (row["checkpoint"], tiny / "by-hand/model"))
+    folders = (row["checkpoint"], tiny / "by-hand" / "model")
+    built, rebuilt = (load_file(Path(folder, "model.safetensors")) for folder in folders)
     assert built.keys() == rebuilt.keys() and all((built[key] == rebuilt[key]).all() for key in built)
     result = json.loads((tiny / "by-hand.json").read_text())
     assert 100 * result["summary"]["main"]["mean"] == pytest.approx(row["accuracy"])
