@@ -501,8 +501,9 @@ def time_rows(run: FrontierRun, results: list[dict[str, Any]], log: Callable[[st
     from ..timing import side_by_side
     from ..training.models import classifier_class
 
+    expected = format_seconds(sum(result["estimate"]["timing"] for result in results))
     log(f"frontier: timing {len(labels)} models side by side on {run.device} (batch {settings['batch_size']} x "
-        f"{settings['seq_length']} tokens, {settings['trials']} trials)")
+        f"{settings['seq_length']} tokens, {settings['trials']} trials; estimated {expected})")
     models, weights = {}, {}
     with tempfile.TemporaryDirectory(prefix="muxplm-frontier-") as scratch, quiet_export():
         loaded = {}
@@ -720,6 +721,7 @@ def run_frontier(
     if plain.model_type.startswith("mux_"):
         raise ValueError(f"{model} is a MUX checkpoint; the frontier starts from a plain pretrained encoder")
     family_of_plain_type(plain.model_type, f"frontier {model}")  # a clear refusal of an unsupported family
+    candidates(plain.num_hidden_layers, None if cuts is None else list(cuts), list(instances))  # refused before any work
     device = device or default_device()
     if task:
         data_settings = {"task": task}
