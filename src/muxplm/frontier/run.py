@@ -705,6 +705,7 @@ def run_frontier(
     from transformers import AutoConfig
 
     from ..checkpoints import local_folder
+    from ..devices import resolve_device
     from ..families import family_of_plain_type
 
     files = (train_file is not None, validation_file is not None)
@@ -723,6 +724,7 @@ def run_frontier(
     family_of_plain_type(plain.model_type, f"frontier {model}")  # a clear refusal of an unsupported family
     candidates(plain.num_hidden_layers, None if cuts is None else list(cuts), list(instances))  # refused before any work
     device = device or default_device()
+    resolve_device(device, "float32")  # a device this machine lacks is refused before any training
     if task:
         data_settings = {"task": task}
     else:
