@@ -42,7 +42,7 @@ from ..progress import progress_bar
 from ..training.recipes import FRONTIER
 from .pareto import dominating, markdown_table, plot_frontier, recommend
 from .plan import (PRIMING_GROUPS, Candidate, Plan, StepTimes, Workload, candidates, estimate, finetune_epochs,
-                   format_seconds, plan_table, size_plan, unmuxed_layers)
+                   format_seconds, parse_budget, plan_table, size_plan, unmuxed_layers)
 
 INT8_RUNTIMES = ("torch", "onnx")
 # The variants of a candidate: (file key, runtime, quantize).
@@ -681,7 +681,7 @@ def run_frontier(
     train_file: str | os.PathLike | None = None,
     validation_file: str | os.PathLike | None = None,
     task_kind: str | None = None,
-    budget: float = 3600.0,
+    budget: float | str = 3600.0,
     min_retention: float = 0.97,
     instances: Sequence[int] = (2, 5),
     cuts: Sequence[int] | None = None,
@@ -696,7 +696,8 @@ def run_frontier(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Build, score and time every candidate speed-up of the plain encoder ``model`` on a task
-    (``task``, or ``train_file`` + ``validation_file``) within ``budget`` seconds, and recommend the
+    (``task``, or ``train_file`` + ``validation_file``) within ``budget`` (seconds, or ``"15m"``,
+    ``"1h"``: :func:`~muxplm.frontier.plan.parse_budget`), and recommend the
     fastest model that keeps ``min_retention`` of the plain model's score. ``finetune_overrides``
     and ``conversion_overrides`` are :class:`~muxplm.training.TrainConfig` settings over the
     frontier's rule (every candidate alike). Returns the report written to ``frontier.json``.
@@ -715,6 +716,7 @@ def run_frontier(
         raise ValueError(f"min_retention is a share of the plain model's score in (0, 1], got {min_retention}")
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
+    budget = parse_budget(budget)
     check_overrides(finetune_overrides or {}, "finetune")
     check_overrides(conversion_overrides or {}, "convert")
     plain_dir = Path(local_folder(model)).resolve()
