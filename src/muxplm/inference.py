@@ -125,11 +125,13 @@ def batch_composition_seed(composition_seed: int | None, batch_index: int) -> in
 
 
 def forward_batches(run_pass: Callable[..., list], encoded: Sequence, *, batch_size: int,
-                    composition_seed: int | None = None, shard: tuple[int, int] = (0, 1)) -> list:
+                    composition_seed: int | None = None, shard: tuple[int, int] = (0, 1),
+                    first_pass: int = 0) -> list:
     """The outputs of every instance of ``encoded``, in order, from passes of ``batch_size``
     instances: ``run_pass(instances, composition_seed=...)`` (e.g. :func:`forward_pass` with its
     other arguments bound; one output per instance), pass ``i`` grouped by
-    :func:`batch_composition_seed`.
+    :func:`batch_composition_seed` of index ``first_pass + i``. ``first_pass``: where these passes
+    start in a longer run (a file labelled part by part), so that no two parts share a composition.
 
     ``shard=(rank, world)``: this process runs every world-th pass and every process gets all
     outputs back (Accelerate's ``gather_object``); since a pass's composition depends on its
@@ -142,7 +144,7 @@ def forward_batches(run_pass: Callable[..., list], encoded: Sequence, *, batch_s
     for index, start in enumerate(range(0, len(encoded), batch_size)):
         if index % world != rank:
             continue
-        seed = batch_composition_seed(composition_seed, index)
+        seed = batch_composition_seed(composition_seed, first_pass + index)
         mine.append((index, start, run_pass(encoded[start : start + batch_size], composition_seed=seed)))
     if world > 1:
         from accelerate.utils import gather_object
