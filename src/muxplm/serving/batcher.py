@@ -567,33 +567,51 @@ class DynamicBatcher:
     def _deterministic_passes(self, instances, ensemble: bool):
         """Each instance alone in a group with fixed companions (copies of itself when there
         are no companion texts, or when it asked for an ensemble; fillers when slots are not
-        filled), groups of one length bucket together, ``DETERMINISTIC_GROUPS`` to a pass,
-        unused groups and one more group made of padding rows of the bucket's length."""
+        filled), in passes of fixed shape (:func:`deterministic_passes`)."""
         n = self.predictor.num_instances
-        by_bucket: dict[int, list[tuple[list[Encoded], list[int | None]]]] = {}
+        groups = []
         for index, item in enumerate(instances):
             if ensemble or (self._can_fill() and not self._fixed):
-                rows, owners = [item] * n, [index] * n
+                groups.append(([item] * n, [index] * n))
             elif self._can_fill():
-                rows = [item] + [self._fixed[j % len(self._fixed)] for j in range(n - 1)]
-                owners = [index] + [None] * (n - 1)
+                groups.append(([item] + [self._fixed[j % len(self._fixed)] for j in range(n - 1)],
+                               [index] + [None] * (n - 1)))
             else:
-                rows, owners = [item] + [self._filler] * (n - 1), [index] + [None] * (n - 1)
-            bucket = length_bucket(max(len(row) for row in rows), self.predictor.max_length)
-            by_bucket.setdefault(bucket, []).append((rows, owners))
-        passes = []
-        for bucket, groups in by_bucket.items():
-            pad = self._pad_row(bucket)
-            for start in range(0, len(groups), DETERMINISTIC_GROUPS):
-                chunk = groups[start : start + DETERMINISTIC_GROUPS]
-                rows = [row for group_rows, _ in chunk for row in group_rows]
-                owners = [owner for _, group_owners in chunk for owner in group_owners]
-                padding = (DETERMINISTIC_GROUPS - len(chunk) + 1) * n
-                passes.append((rows + [pad] * padding, owners + [None] * padding, False))
-        return passes
+                groups.append(([item] + [self._filler] * (n - 1), [index] + [None] * (n - 1)))
+        return [(rows, owners, False) for rows, owners in
+                deterministic_passes(groups, num_instances=n, max_length=self.predictor.max_length,
+                                     pad_row=self._pad_row)]
 
     def _pad_row(self, length: int) -> Encoded:
         """A row of ``length`` padding tokens: fixes a deterministic pass's padded length."""
         if length not in self._pads:
-            self._pads[length] = Encoded([self.predictor.pad_token_id] * length, [0] * length)
+            self._pads[length] = padding_row(self.predictor.pad_token_id, length)
         return self._pads[length]
+
+
+def padding_row(pad_token_id: int, length: int) -> Encoded:
+    """A row of ``length`` padding tokens: fixes a deterministic pass's padded length."""
+    return Encoded([pad_token_id] * length, [0] * length)
+
+
+def deterministic_passes(groups: Sequence[tuple[list[Encoded], list]], *, num_instances: int, max_length: int,
+                         pad_row: Callable[[int], Encoded]) -> list[tuple[list[Encoded], list]]:
+    """Forward passes of fixed shape over ``groups``, each ``(rows, owners)``: one instance and its
+    fixed companions, ``num_instances`` rows. Groups of one length bucket go together,
+    ``DETERMINISTIC_GROUPS`` to a pass, then unused groups and one more group made of
+    ``pad_row(bucket)`` rows, so that a group's outputs depend on its own rows only. Returns
+    ``(rows, owners)`` per pass, ``None`` owning the padding rows."""
+    by_bucket: dict[int, list[tuple[list[Encoded], list]]] = {}
+    for rows, owners in groups:
+        bucket = length_bucket(max(len(row) for row in rows), max_length)
+        by_bucket.setdefault(bucket, []).append((rows, owners))
+    passes = []
+    for bucket, chunked in by_bucket.items():
+        pad = pad_row(bucket)
+        for start in range(0, len(chunked), DETERMINISTIC_GROUPS):
+            chunk = chunked[start : start + DETERMINISTIC_GROUPS]
+            rows = [row for group_rows, _ in chunk for row in group_rows]
+            owners = [owner for _, group_owners in chunk for owner in group_owners]
+            padding = (DETERMINISTIC_GROUPS - len(chunk) + 1) * num_instances
+            passes.append((rows + [pad] * padding, owners + [None] * padding))
+    return passes
