@@ -11,7 +11,7 @@ from ..lazy import lazy_exports
 
 _LAZY = {
     **dict.fromkeys(("BatcherClosedError", "BatchStats", "DynamicBatcher", "QueueFullError"), "batcher"),
-    **dict.fromkeys(("Encoded", "InputTooLongError", "Predictor"), "predictor"),
+    **dict.fromkeys(("Encoded", "InputTooLongError", "Predictor", "load_predictor"), "predictor"),
     "create_app": "server",
     "serve": "server",
     "PredictRequest": "server",

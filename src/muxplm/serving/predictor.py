@@ -489,3 +489,26 @@ class Predictor:
         if self.task not in kinds:
             raise ValueError(f"no Transformers pipeline serves the {self.task!r} task")
         return pipeline(kinds[self.task], model=self.model, tokenizer=self.tokenizer, **kwargs)
+
+
+def load_predictor(path: str | os.PathLike, *, backend: str = "torch", threads: int | None = None,
+                   device: str | torch.device = "cpu", dtype: str = "float32", quantize: str = "none",
+                   compile: str = "none", max_length: int = 128, batch_size: int | None = None) -> Predictor:
+    """The :class:`Predictor` of the checkpoint ``path`` in a runtime and precision, as ``muxplm
+    serve`` and ``muxplm predict`` load it: ``backend="torch"`` on ``device`` in ``dtype`` (int8:
+    ``quantize``; ``compile``: see :class:`Predictor`), ``"onnx"`` its exported graph in ONNX
+    Runtime with ``threads`` threads (float32, or ``quantize="int8"``: ONNX Runtime's int8 graph)."""
+    if backend == "onnx":
+        if compile != "none":
+            raise ValueError("--compile applies to the torch backend")
+        if str(device) != "cpu" or dtype != "float32":
+            raise ValueError("the onnx backend runs float32 on ONNX Runtime's own providers (CUDA when installed); "
+                             "--device and --dtype apply to the torch backend")
+        from .onnx_export import OnnxPredictor
+
+        return OnnxPredictor.from_pretrained(path, threads=threads, max_length=max_length, batch_size=batch_size,
+                                             quantize=quantize)
+    if backend != "torch":
+        raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
+    return Predictor.from_pretrained(path, max_length=max_length, batch_size=batch_size, device=device, dtype=dtype,
+                                     quantize=quantize, compile=compile)

@@ -28,7 +28,7 @@ from .batcher import BatcherClosedError, DynamicBatcher, QueueFullError
 from . import limits
 from .limits import MAX_PORT, check_serve_options, check_wait_ms
 from .metrics import ServingMetrics
-from .predictor import InputTooLongError, InvalidTextError, Predictor
+from .predictor import InputTooLongError, InvalidTextError, Predictor, load_predictor
 
 # Requests are multiplexed only with requests carrying the same value of this header when the
 # server isolates tenants (--isolate-tenants); set it in the proxy that authenticates clients.
@@ -506,21 +506,8 @@ def serve(
         raise ValueError("--companions (recent traffic) and --companion-texts are exclusive: choose one")
     if threads:
         torch.set_num_threads(threads)
-    if backend == "onnx" and compile != "none":
-        raise ValueError("--compile applies to the torch backend")
-    if backend == "onnx" and (device != "cpu" or dtype != "float32"):
-        raise ValueError("the onnx backend runs float32 on ONNX Runtime's own providers (CUDA when installed); "
-                         "--device and --dtype apply to the torch backend")
-    if backend == "onnx":
-        from .onnx_export import OnnxPredictor
-
-        predictor = OnnxPredictor.from_pretrained(model_dir, threads=threads, max_length=max_length, batch_size=max_batch,
-                                                  quantize=quantize)
-    elif backend == "torch":
-        predictor = Predictor.from_pretrained(model_dir, max_length=max_length, batch_size=max_batch,
-                                              device=device, dtype=dtype, quantize=quantize, compile=compile)
-    else:
-        raise ValueError(f"unknown backend {backend!r}; choose torch or onnx")
+    predictor = load_predictor(model_dir, backend=backend, threads=threads, device=device, dtype=dtype,
+                               quantize=quantize, compile=compile, max_length=max_length, batch_size=max_batch)
     max_batch = predictor.batch_size
     max_queue = limits.default_max_queue(max_batch) if max_queue is None else max_queue
     check_serve_options(max_batch=max_batch, max_queue=max_queue)
