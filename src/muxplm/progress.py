@@ -15,15 +15,17 @@ LINES_PER_RUN = 20
 
 
 def progress_bar(total: int | None, *, initial: int = 0, desc: str | None = None, file: IO[str] | None = None,
-                 disable: bool = False) -> tqdm:
+                 disable: bool = False, unit: str = "it") -> tqdm:
     """A progress bar over ``total`` steps (``initial`` of them done) on ``file`` (default:
-    standard error): tqdm's own where it can redraw, else :class:`LineProgress`."""
+    standard error): tqdm's own where it can redraw, else :class:`LineProgress`. ``unit`` names a
+    step in the rate (``texts/s``)."""
     file = sys.stderr if file is None else file
     if _redraws(file):
         from tqdm.auto import tqdm as redrawn  # the widget in a notebook
 
-        return redrawn(total=total, initial=initial, desc=desc, file=file, dynamic_ncols=True, disable=disable)
-    return LineProgress(total=total, initial=initial, desc=desc, file=file, disable=disable)
+        return redrawn(total=total, initial=initial, desc=desc, file=file, dynamic_ncols=True, disable=disable,
+                       unit=unit)
+    return LineProgress(total=total, initial=initial, desc=desc, file=file, disable=disable, unit=unit)
 
 
 class LineProgress(tqdm):
