@@ -37,6 +37,7 @@ RUNTIMES = ("torch", "onnx")  # where a model runs: PyTorch or its exported grap
 COMPILE_MODES = ("none", "default", "reduce-overhead")  # torch.compile's; reduce-overhead replays CUDA graphs
 CLOCKS = ("wall", "process")  # muxplm.timing
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # muxplm.devices.DTYPES
+ON_BAD_ROW = ("skip", "truncate", "fail")  # muxplm.predict.labelling: what `predict` does with a bad row
 
 # `muxplm bench throughput` (muxplm.bench.throughput): the heads timed and the speed-ups stacked.
 BENCH_HEADS = ("sentence", "token")

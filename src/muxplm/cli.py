@@ -41,6 +41,8 @@ COMMANDS = {
     "analyze": Command("muxplm.bench.cli", "analyses: pareto, muxology, ensemble, lottery", "muxplm.bench.analysis"),
     "reproduce": Command("muxplm.bench.cli", "small-scale reproduction of the paper's Table 1 (train, evaluate, "
                          "time, compare)", "muxplm.bench.reproduce"),
+    "predict": Command("muxplm.predict.cli", "label files of any size (CSV, JSONL, Parquet, text) into one JSONL or "
+                       "Parquet file: resumable, on every core, or on a Ray cluster", "muxplm.predict.run"),
     "serve": Command("muxplm.serving.cli", "serve a checkpoint over HTTP with dynamic multiplexed batching",
                      "muxplm.serving.predictor"),
     "export": Command("muxplm.serving.cli", "export a checkpoint to another format", "muxplm.serving.predictor"),
