@@ -1,0 +1,239 @@
+"""`muxplm predict`: every input format, order and ids, resuming, bad rows, the deterministic and
+seeded compositions, worker processes, and the predictions of the shared inference path."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from predict_testing import make_texts, predict, read_jsonl, run_predict, write_jsonl
+
+from muxplm.predict import outputs as predict_outputs
+from muxplm.predict.run import plan_workers
+
+
+# ------------------------------------------------------------------ formats, order, ids
+
+
+def test_every_input_format_gives_the_same_predictions(classifier_dir, tmp_path):
+    texts = make_texts(40)
+    ids = [f"doc-{i}" for i in range(len(texts))]
+    write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in zip(ids, texts)])
+    (tmp_path / "in.jsonl.gz").write_bytes(gzip.compress((tmp_path / "in.jsonl").read_bytes()))
+    (tmp_path / "in.csv").write_text("id,text\n" + "".join(f'{i},"{t}"\n' for i, t in zip(ids, texts)))
+    (tmp_path / "in.tsv").write_text("id\ttext\n" + "".join(f"{i}\t{t}\n" for i, t in zip(ids, texts)))
+    pq.write_table(pa.table({"id": ids, "text": texts}), tmp_path / "in.parquet")
+    (tmp_path / "in.txt").write_text("".join(t + "\n" for t in texts))
+
+    reference = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "jsonl.jsonl", "--id-column", "id")
+    assert [r["id"] for r in reference] == ids and [r["row"] for r in reference] == list(range(len(texts)))
+    assert {r["label"] for r in reference} <= {"neg", "neu", "pos"}
+    for name in ("in.jsonl.gz", "in.csv", "in.tsv", "in.parquet"):
+        out = predict(classifier_dir, [tmp_path / name], tmp_path / f"{name}.out.jsonl", "--id-column", "id")
+        assert out == reference, name
+    from_text = predict(classifier_dir, [tmp_path / "in.txt"], tmp_path / "txt.jsonl")
+    assert from_text == [{k: v for k, v in r.items() if k != "id"} for r in reference]
+    as_parquet = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "out.parquet", "--id-column", "id")
+    assert as_parquet == reference
+
+
+def test_several_files_and_globs_are_read_in_order_and_numbered_across_files(classifier_dir, tmp_path):
+    texts = make_texts(30, seed=1)
+    for index, start in enumerate((0, 10, 20)):
+        write_jsonl(tmp_path / f"shard-{index}.jsonl", [{"text": t} for t in texts[start : start + 10]])
+    out = predict(classifier_dir, [tmp_path / "shard-2.jsonl", tmp_path / "shard-[01].jsonl"], tmp_path / "out.jsonl",
+                  "--deterministic")
+    alone = predict(classifier_dir, [tmp_path / "shard-2.jsonl"], tmp_path / "alone.jsonl", "--deterministic")
+    assert [r["row"] for r in out] == list(range(30))
+    assert out[:10] == alone  # shard-2 first, as given; the glob's matches follow, sorted
+
+
+def test_length_grouping_keeps_each_prediction_with_its_row(tagger_dir, tmp_path):
+    # A token classifier returns each row's words: every output row must hold its own text's words.
+    texts = make_texts(70, seed=2)
+    write_jsonl(tmp_path / "in.jsonl", [{"key": 1000 + i, "sentence": t} for i, t in enumerate(texts)])
+    out = predict(tagger_dir, [tmp_path / "in.jsonl"], tmp_path / "out.jsonl", "--text-column", "sentence",
+                  "--id-column", "key", "--part-size", "32", "--batch-size", "9")
+    assert [r["id"] for r in out] == [1000 + i for i in range(70)]
+    assert [r["words"] for r in out] == [t.split() for t in texts]
+    assert all(len(r["tags"]) == len(r["words"]) and set(r["tags"]) <= {"O", "B-X", "I-X"} for r in out)
+
+
+# ------------------------------------------------------------------ resume
+
+
+def test_a_killed_run_resumes_without_redoing_or_duplicating_rows(classifier_dir, tmp_path, monkeypatch):
+    texts = make_texts(100, seed=3)
+    write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)] + [{"id": -1, "text": ""}])
+    flags = ("--id-column", "id", "--part-size", "16")
+    whole = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "whole.jsonl", *flags)
+
+    written = []
+    write = predict_outputs.PartFiles.write
+
+    def dies_after_three_parts(self, part):
+        if len(written) == 3:
+            raise KeyboardInterrupt  # as a kill would stop it: between two parts
+        write(self, part)
+        written.append(part.index)
+
+    monkeypatch.setattr(predict_outputs.PartFiles, "write", dies_after_three_parts)
+    output = tmp_path / "out.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output", str(output), *flags)
+    assert not output.exists() and sorted(p.name for p in (tmp_path / "out.jsonl.parts").glob("part-*.jsonl")) == \
+        ["part-000000.jsonl", "part-000001.jsonl", "part-000002.jsonl"]
+
+    monkeypatch.setattr(predict_outputs.PartFiles, "write", lambda self, part: (written.append(part.index),
+                                                                              write(self, part)))
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output",
+                                    str(output), *flags, "--composition-seed", "1")
+    assert status == 2 and "interrupted run with other settings" in stderr  # not mixed with another seed
+    written.clear()
+    assert predict(classifier_dir, [tmp_path / "in.jsonl"], output, *flags) == whole
+    assert written == [3, 4, 5, 6]  # only the parts the kill left
+    assert output.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+    assert not (tmp_path / "out.jsonl.parts").exists() and len(read_jsonl(tmp_path / "out.errors.jsonl")) == 1
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output", str(output))
+    assert status == 2 and "exists; pass --overwrite" in stderr
+
+
+# ------------------------------------------------------------------ bad rows
+
+
+def test_bad_rows_are_listed_skipped_truncated_or_fatal_as_asked(classifier_dir, tmp_path):
+    good = make_texts(5, seed=4)
+    lines = [json.dumps({"id": "a", "text": good[0]}).encode(), json.dumps({"id": "empty", "text": "  "}).encode(),
+             b'{"id": "latin-1", "text": "caf\xe9"}', b"this is not JSON", json.dumps({"id": "no text"}).encode(),
+             json.dumps({"id": "null", "text": None}).encode(), json.dumps({"id": "number", "text": 7}).encode(),
+             json.dumps({"id": "long", "text": " ".join(["word"] * 80)}).encode(),
+             json.dumps({"id": "controls", "text": "\u200b\u200b"}).encode(), json.dumps({"id": "b", "text": good[1]}).encode()]
+    (tmp_path / "in.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    (tmp_path / "in.csv").write_text(f'id,text\nc,"{good[2]}"\nd,"{good[3]}",extra field\ne,"{good[4]}"\n')
+    inputs = [str(tmp_path / "in.jsonl"), str(tmp_path / "in.csv")]
+    common = ("--id-column", "id", "--max-length", "32")
+
+    status, stdout, _ = run_predict(str(classifier_dir), "--input", *inputs, "--output", str(tmp_path / "skip.jsonl"),
+                                    *common)
+    assert status == 0
+    assert [r["id"] for r in read_jsonl(tmp_path / "skip.jsonl")] == ["a", "b", "c", "e"]
+    errors = read_jsonl(tmp_path / "skip.errors.jsonl")
+    # A line that is not UTF-8, or not JSON, has no id to read: its row number says which it is.
+    rows = [e for e in errors if "kind" in e]
+    assert [(e["id"], e["kind"]) for e in rows] == [
+        ("empty", "empty"), (None, "unreadable"), (None, "unreadable"), ("no text", "unreadable"),
+        ("null", "unreadable"), ("number", "unreadable"), ("long", "too_long"), ("controls", "invalid")]
+    assert "not UTF-8" in rows[1]["error"] and "not JSON" in rows[2]["error"]
+    assert [e["row"] for e in rows] == [1, 2, 3, 4, 5, 6, 7, 8] and {e["action"] for e in rows} == {"skipped"}
+    malformed = [e for e in errors if "line" in e]
+    assert len(malformed) == 1 and malformed[0]["file"].endswith("in.csv") and malformed[0]["line"] == 3
+    assert "4 of 12 rows labelled" in stdout and "9 bad rows skipped" in stdout and "skip.errors.jsonl" in stdout
+
+    status, stdout, _ = run_predict(str(classifier_dir), "--input", *inputs, "--output",
+                                    str(tmp_path / "cut.jsonl"), *common, "--on-bad-row", "truncate")
+    cut = {r["id"]: r for r in read_jsonl(tmp_path / "cut.jsonl")}
+    assert status == 0 and list(cut) == ["a", "long", "b", "c", "e"] and cut["long"]["truncated"] is True
+    assert not cut["a"]["truncated"] and "1 truncated" in stdout
+    assert [e["action"] for e in read_jsonl(tmp_path / "cut.errors.jsonl") if e.get("id") == "long"] == ["truncated"]
+
+    status, _, stderr = run_predict(str(classifier_dir), "--input", *inputs, "--output", str(tmp_path / "fail.jsonl"),
+                                    *common, "--on-bad-row", "fail")
+    assert status == 2 and "row 1 of the file" in stderr and "empty text" in stderr
+    assert not (tmp_path / "fail.jsonl").exists()
+
+
+def test_a_missing_column_is_refused_before_anything_runs(classifier_dir, tmp_path):
+    (tmp_path / "in.csv").write_text("body\nhello\n")
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.csv"), "--output",
+                                    str(tmp_path / "out.jsonl"))
+    assert status == 2 and "has no column 'text' (its columns: body)" in stderr
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "none-*.csv"), "--output",
+                                    str(tmp_path / "out.jsonl"))
+    assert status == 2 and "no input file matches" in stderr
+
+
+# ------------------------------------------------------------------ composition
+
+
+def test_deterministic_mode_answers_as_the_server_whatever_the_neighbours(classifier_dir, tmp_path):
+    from muxplm.serving import Predictor
+    from muxplm.serving.batcher import DynamicBatcher
+
+    texts = make_texts(30, seed=5)
+    write_jsonl(tmp_path / "a.jsonl", [{"text": t} for t in texts])
+    write_jsonl(tmp_path / "b.jsonl", [{"text": t} for t in reversed(texts + make_texts(20, seed=6))])
+    first = predict(classifier_dir, [tmp_path / "a.jsonl"], tmp_path / "a.out.jsonl", "--deterministic")
+    second = predict(classifier_dir, [tmp_path / "b.jsonl"], tmp_path / "b.out.jsonl", "--deterministic",
+                     "--part-size", "7")
+    assert [r["score"] for r in first] == [r["score"] for r in reversed(second[20:])]  # to the bit
+
+    batcher = DynamicBatcher(Predictor.from_pretrained(classifier_dir), deterministic=True, max_wait_ms=0).start()
+    try:
+        served = [batcher.submit_texts(texts[start : start + 8]).result(60) for start in range(0, 30, 8)]
+    finally:
+        batcher.close()
+    assert [{"label": r["label"], "score": r["score"]} for r in first] == [p for chunk in served for p in chunk]
+
+
+def test_seeded_reruns_are_identical_and_the_seed_matters(classifier_dir, tmp_path):
+    write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in make_texts(60, seed=7)])
+    runs = [(tmp_path / f"{name}.jsonl", seed) for name, seed in (("a", "5"), ("b", "5"), ("c", "6"))]
+    for output, seed in runs:
+        predict(classifier_dir, [tmp_path / "in.jsonl"], output, "--composition-seed", seed, "--part-size", "20")
+    assert runs[0][0].read_bytes() == runs[1][0].read_bytes()
+    assert runs[0][0].read_bytes() != runs[2][0].read_bytes()  # the groups, and so the scores, changed
+
+
+def test_predictions_are_those_of_predictor_predict(classifier_dir, tmp_path):
+    from muxplm.serving import Predictor
+
+    texts = make_texts(100, seed=8)
+    write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in texts])
+    out = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "out.jsonl", "--no-length-grouping",
+                  "--composition-seed", "3", "--batch-size", "16", "--part-size", "32")
+    expected = Predictor.from_pretrained(classifier_dir, batch_size=16).predict(texts, composition_seed=3)
+    assert [{"label": r["label"], "score": r["score"]} for r in out] == expected
+
+
+def test_top_k_and_all_scores(classifier_dir, tmp_path):
+    write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in make_texts(10, seed=9)])
+    out = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "out.parquet", "--top-k", "2",
+                  "--return-all-scores")
+    for record in out:
+        assert record["top_labels"][0] == record["label"] and record["top_scores"][0] == record["score"]
+        assert record["top_scores"][0] >= record["top_scores"][1] and len(record["top_labels"]) == 2
+        assert set(record["all_scores"]) == {"neg", "neu", "pos"}
+        assert sum(record["all_scores"].values()) == pytest.approx(1.0)
+
+
+def test_int8_runs_through_the_same_path(classifier_dir, tmp_path):
+    write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in make_texts(20, seed=10)])
+    out = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "out.jsonl", "--quantize", "int8")
+    assert len(out) == 20 and {r["label"] for r in out} <= {"neg", "neu", "pos"}
+
+
+# ------------------------------------------------------------------ workers
+
+
+def test_worker_threads_never_oversubscribe(monkeypatch):
+    from muxplm.predict import run
+
+    monkeypatch.setattr(run, "available_cpus", lambda: 8)
+    assert plan_workers(None, None) == (1, None, ["cpu"])
+    assert plan_workers(4, None) == (4, 2, ["cpu"] * 4)
+    assert plan_workers(3, None) == (3, 2, ["cpu"] * 3)
+    with pytest.raises(ValueError, match="more threads than this machine's 8 CPUs"):
+        plan_workers(3, 3)
+
+
+def test_two_workers_write_what_one_process_writes(classifier_dir, tmp_path):
+    texts = make_texts(90, seed=11)
+    write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)] + [{"id": 90, "text": ""}])
+    flags = ("--id-column", "id", "--part-size", "16", "--threads", "1")
+    predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "one.jsonl", *flags)
+    predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "two.jsonl", *flags, "--workers", "2")
+    assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
+    assert (tmp_path / "two.errors.jsonl").read_bytes() == (tmp_path / "one.errors.jsonl").read_bytes()
