@@ -36,6 +36,8 @@ def test_every_input_format_gives_the_same_predictions(classifier_dir, tmp_path)
         assert out == reference, name
     from_text = predict(classifier_dir, [tmp_path / "in.txt"], tmp_path / "txt.jsonl")
     assert from_text == [{k: v for k, v in r.items() if k != "id"} for r in reference]
+    (tmp_path / "in.log").write_bytes((tmp_path / "in.txt").read_bytes())  # an extension that tells nothing
+    assert predict(classifier_dir, [tmp_path / "in.log"], tmp_path / "log.jsonl", "--input-format", "txt") == from_text
     as_parquet = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "out.parquet", "--id-column", "id")
     assert as_parquet == reference
 
