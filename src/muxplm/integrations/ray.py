@@ -176,7 +176,11 @@ def predict_with_ray(model, inputs, output: str, *, columns: Columns = Columns()
 
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(address=address, logging_level="warning")
+        try:
+            ray.init(address=address, logging_level="warning")
+        except ConnectionError as error:
+            raise ValueError(f"no Ray cluster at {address}: start one with `ray start --head`, or give --ray without "
+                             f"an address to start one for this run ({error})") from None
     try:
         context = ray.data.DataContext.get_current()
         context.execution_options.preserve_order = True  # output rows in input order
