@@ -89,8 +89,8 @@ def bench_throughput(model: Path, *, batch_size: int, seq_length: int, threads: 
     from muxplm.bench.throughput import time_checkpoints
 
     torch.set_num_threads(threads)
-    row = time_checkpoints({"model": str(model)}, batch_size=batch_size, seq_length=seq_length, batches=20,
-                           trials=3, warmup=2)["model"]
+    row = time_checkpoints({"model": str(model)}, batch_size=batch_size, seq_length=seq_length, batches=40,
+                           trials=1, warmup=2)["model"]
     return {"samples_per_s": round(row["samples_per_s"], 1), "seq_length": seq_length, "batch_size": batch_size}
 
 
@@ -144,8 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="predict's --part-size on the larger files (default: --part-size); memory grows with "
                         "the parts in flight, so the smaller file should hold several, and workers share parts")
     parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of predict, of the passes alone and of predict without length grouping, in turn; "
-                        "their medians are compared (default: 3)")
+                        help="runs of predict, of the passes alone, of bench throughput and of predict without length "
+                        "grouping, in turn; their medians are compared (default: 3)")
     parser.add_argument("--small", action="store_true",
                         help="a run of minutes: the sentiment texts once; 20,000 lines in parts of 512 for the RSS "
                         "check, and for workers and Ray")
@@ -169,19 +169,21 @@ def main(argv: list[str] | None = None) -> int:
         source = write_lines(scratch / "in.jsonl", texts, args.lines)
 
         # Round robin, so that a drift of the machine's speed touches every measurement alike.
-        trials: dict[str, list[dict]] = {"predict": [], "forward_passes_alone": [], "no_length_grouping": []}
+        trials: dict[str, list[dict]] = {"predict": [], "forward_passes_alone": [], "bench_throughput": [],
+                                         "no_length_grouping": []}
         for _ in range(args.repeats):
             trials["predict"].append(predict(model, source, scratch / "out.jsonl", workers=1, threads=cpus))
-            trials["forward_passes_alone"].append(forward_only(
-                model, [texts[i % len(texts)] for i in range(args.lines)], part_size=args.part_size, threads=cpus))
+            passes = forward_only(model, [texts[i % len(texts)] for i in range(args.lines)], part_size=args.part_size,
+                                  threads=cpus)
+            trials["forward_passes_alone"].append(passes)
+            trials["bench_throughput"].append(bench_throughput(model, batch_size=passes["batch_size"], threads=cpus,
+                                                               seq_length=round(passes["mean_padded_length"])))
             trials["no_length_grouping"].append(predict(model, source, scratch / "ungrouped.jsonl", workers=1,
                                                         threads=cpus, group_by_length=False))
         for name, runs in trials.items():
-            results[name] = dict(runs[0], texts_per_s=statistics.median(run["texts_per_s"] for run in runs),
-                                 trials=[run["texts_per_s"] for run in runs])
-        results["bench_throughput"] = bench_throughput(
-            model, batch_size=results["forward_passes_alone"]["batch_size"], threads=cpus,
-            seq_length=round(results["forward_passes_alone"]["mean_padded_length"]))
+            rate = "samples_per_s" if name == "bench_throughput" else "texts_per_s"
+            results[name] = dict(runs[0], **{rate: statistics.median(run[rate] for run in runs)},
+                                 trials=[run[rate] for run in runs])
         results["predict_share_of_forward_passes"] = round(
             results["predict"]["texts_per_s"] / results["forward_passes_alone"]["texts_per_s"], 3)
         results["predict_share_of_bench_throughput"] = round(
