@@ -72,6 +72,8 @@ class LabelledPart:
 
 @dataclass
 class EncodedPart:
+    """A part tokenized: its readable rows with their instances, and the reports of the others."""
+
     index: int
     rows: int
     good: list[tuple[InputRow, Encoded]]
