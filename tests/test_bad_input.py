@@ -97,7 +97,7 @@ def test_corrupt_weights_and_config(classifier, tmp_path):
     with pytest.raises(ValueError, match="corrupt or incomplete"):
         MuxBertForSequenceClassification.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ValueError, match="not a readable JSON config"):
+    with pytest.raises(ValueError, match="config.json is not valid JSON"):
         MuxBertForSequenceClassification.from_pretrained(tmp_path)
 
 

@@ -155,10 +155,10 @@ def test_bad_released_folders_get_errors_that_name_them(tmp_path):
 
 
 def test_a_hub_name_is_fetched_through_the_hugging_face_cache(tmp_path, monkeypatch):
-    """The hub path offline: the same calls (config through ``cached_file``, the folder through
-    ``snapshot_download``) answered from a local copy."""
+    """The hub path offline: the same calls (config through Transformers' reader and its
+    ``cached_file``, the folder through ``snapshot_download``) answered from a local copy."""
     import huggingface_hub
-    import transformers.utils
+    import transformers.configuration_utils
 
     name = "bert-sequence-hadamard-indexpos-2"
     folder = released_folder(tmp_path, name)
@@ -172,7 +172,7 @@ def test_a_hub_name_is_fetched_through_the_hugging_face_cache(tmp_path, monkeypa
         asked.append(("snapshot_download", repo))
         return str(folder)
 
-    monkeypatch.setattr(transformers.utils, "cached_file", cached_file)
+    monkeypatch.setattr(transformers.configuration_utils, "cached_file", cached_file)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
     hub_id = "princeton-nlp/muxbert_base_sst2_gaussian_hadamard_index_pos_2"
     model = MuxBertForSequenceClassification.from_pretrained(hub_id, attn_implementation="eager").eval()

@@ -6,7 +6,9 @@ throughput --model``, ``export``) reads it here. The inference path (``evaluate`
 (:func:`model_class`, :func:`load_model`). :func:`read_config` gives the raw settings, for the
 training code that also starts from plain encoders: a muxplm checkpoint's config as saved; a
 folder released with the paper (the authors' layout, :mod:`muxplm.released`) as the muxplm config
-of the same model. A file that is not JSON is named in the error.
+of the same model. Both read the file through Transformers (:func:`saved_config` is the raw
+reader, which the models' ``from_pretrained`` also uses). A file that is not JSON is named in the
+error.
 """
 
 from __future__ import annotations
@@ -38,19 +40,37 @@ def local_folder(name_or_path: str | Path) -> Path:
     return Path(snapshot_download(str(name_or_path), allow_patterns=list(CHECKPOINT_FILES)))
 
 
-def read_config(path: str | Path) -> dict[str, Any]:
-    """The config of the checkpoint folder ``path`` (``model_type``, ``architectures``, ...);
-    ``FileNotFoundError`` without one, ``ValueError`` naming the file when it is not a JSON
-    object or not a released layout muxplm can read."""
+def saved_config(name_or_path: str | Path, **hub) -> dict[str, Any] | None:
+    """A checkpoint's ``config.json`` as saved, read by Transformers' own reader
+    (``PretrainedConfig.get_config_dict``): a local folder's, or a hub model's through the Hugging
+    Face cache (``hub``: ``revision``, ``cache_dir``, ``token``, ``local_files_only``). ``None`` for
+    a folder without one or a name that is neither a folder nor a hub name; ``ValueError`` naming the
+    file when it is not a JSON object; the hub's own error when it cannot provide the file."""
+    from transformers import PretrainedConfig
+
+    path = str(name_or_path)
     config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
+    if os.path.isdir(path) and not config_file.is_file() or not os.path.isdir(path) and not _HUB_NAME.match(path):
+        return None
     try:
-        saved = json.loads(config_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{config_file} is not valid JSON: {error}") from None
+        saved, _ = PretrainedConfig.get_config_dict(path, **hub)
+    except OSError as error:  # Transformers' report of a file it cannot parse
+        if isinstance(error.__context__, (json.JSONDecodeError, UnicodeDecodeError)):
+            raise ValueError(f"{config_file} is not valid JSON: {error.__context__}") from None
+        raise
     if not isinstance(saved, dict):
         raise ValueError(f"{config_file} does not hold a JSON object")
+    return saved
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    """The settings of the checkpoint folder ``path`` (``model_type``, ``architectures``, ...) as
+    muxplm's: a folder released with the paper reads as the muxplm config of the same model.
+    ``FileNotFoundError`` without a config.json; ``ValueError`` naming the file when it is not a
+    JSON object or not a released layout muxplm can read."""
+    saved = saved_config(path) if Path(path).is_dir() else None
+    if saved is None:
+        raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
     if released.is_released_layout(saved):
         return released.muxplm_settings(saved, path)
     return saved

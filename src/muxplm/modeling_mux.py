@@ -11,7 +11,6 @@ needs (:mod:`muxplm.demux`) -> ungroup to input order -> head.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput
 
 from . import released
+from .checkpoints import saved_config
 from .configuration import IDENTITY_FIELDS
 from .demux import Demultiplexer
 from .devices import host_checks_wanted
@@ -424,7 +424,8 @@ class MuxPreTrainedModel(PreTrainedModel):
         ``regroup=True`` with another ``num_instances`` than the checkpoint's (a curriculum over
         N): the encoder and every other weight are loaded, and only the per-instance weights of
         the multiplexer and demultiplexer (keys of shape ``[N, ...]``) start afresh for the new N."""
-        saved = _read_saved_config(pretrained_model_name_or_path, kwargs)
+        saved = saved_config(pretrained_model_name_or_path, **{key: value for key, value in kwargs.items() if key in (
+            "revision", "cache_dir", "token", "local_files_only")})
         if released.is_released_layout(saved):
             if regroup:
                 raise ValueError("regroup=True does not apply to the paper's released checkpoints")
@@ -579,29 +580,6 @@ def _freeze_mux_keys(model) -> None:
 def _one_of(names) -> str:
     quoted = [repr(name) for name in names]
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-
-
-def _read_saved_config(path, hub_kwargs: dict | None = None) -> dict | None:
-    """The ``config.json`` of a local folder or of a hub model (through the Hugging Face cache);
-    ``None`` for a name that is neither (Transformers then reports the problem); the hub's own
-    error when it cannot provide the file."""
-    config_file = os.path.join(str(path), "config.json")
-    if not os.path.isdir(str(path)):
-        from transformers.utils import cached_file
-
-        hub = {key: value for key, value in (hub_kwargs or {}).items()
-               if key in ("revision", "cache_dir", "token", "local_files_only")}
-        try:
-            config_file = cached_file(str(path), "config.json", **hub)
-        except ValueError:  # not a hub model name either
-            return None
-    if not config_file or not os.path.isfile(config_file):
-        return None
-    try:
-        with open(config_file) as handle:
-            return json.load(handle)
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"{config_file} is not a readable JSON config: {error}") from error
 
 
 # --------------------------------------------------------------------------- heads

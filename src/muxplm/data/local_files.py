@@ -11,9 +11,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict
+from datasets import DatasetDict
 
-from .corpus import paragraphs
 from .rows import TaskSpec, split_fixed, to_dataset
 
 
