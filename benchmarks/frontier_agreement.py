@@ -1,10 +1,13 @@
 """Do ``muxplm frontier``'s speed-ups agree with ``muxplm bench throughput`` on the same checkpoints?
 
     python3 benchmarks/frontier_agreement.py FRONTIER_DIR BENCH_JSON --output OUT.json
+    python3 benchmarks/frontier_agreement.py benchmarks/results/frontier/minilm-sentiment bench.json \
+        --output benchmarks/results/frontier/minilm-sentiment/agreement.json
 
-FRONTIER_DIR holds a finished run's ``frontier.json``; BENCH_JSON is what the ``muxplm bench
-throughput`` command printed at the end of its ``frontier.md`` wrote (``--output``). Each model's
-speed-up over the plain model in float32 is read from both and compared; the target is within 10 %.
+FRONTIER_DIR holds a finished run's ``frontier.json``; BENCH_JSON is the ``--output`` of the
+``muxplm bench throughput`` command printed at the end of its ``frontier.md``, run on the run's
+candidate checkpoints. Each model's speed-up over the plain model in float32 is read from both and
+compared; the target is within 10 %.
 """
 
 from __future__ import annotations

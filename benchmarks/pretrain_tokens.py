@@ -10,7 +10,7 @@ the paper's pre-training of that size (1M steps of 256 x 512 tokens, and 10k pri
     python3 benchmarks/pretrain_tokens.py --size base --length 512 --batch-size 8 --steps 6 \\
         --output benchmarks/results/pretrain/tokens-cpu.json                      # this CPU
     python3 benchmarks/pretrain_tokens.py --size base --length 512 --batch-size 64 --steps 40 \\
-        --device cuda --precision bf16 --output benchmarks/results/gpu/pretrain-tokens.json
+        --device cuda --precision bf16 --output benchmarks/results/gpu/pretrain-tokens-base-bf16.json
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 #!/bin/bash
 # Composition churn against speed for the paper's table: every MUX row, BERT's cuts and the
-# stability re-runs (benchmarks/README.md, "The stability targets"), timed side by side in one run
+# table's re-runs with composition consistency or one unmuxed layer, timed side by side in one run
 # of their fine-tuned checkpoints, then drawn by plot_churn.py into RESULTS (churn.png / .md / .json).
-# Needs the checkpoints of those runs under runs/ (they are not committed).
+# Inputs: those runs' checkpoints under runs/ (never committed) and the results.json files of the
+# table, its cuts and re-runs, which are in the lab notebook commit 8c644a7 only.
 #   bash benchmarks/run_churn.sh
+#   REUSE_TIMING=1 bash benchmarks/run_churn.sh   # re-plot from OUT_DIR/timing.json (8c644a7 has it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${RESULTS:-benchmarks/results/reproduce/paper-full}
@@ -24,7 +26,7 @@ for checkpoint in runs/consistency-rule/mux-bert-2/3-sentiment runs/consistency-
     models+=(--model "$checkpoint")
 done
 mkdir -p "$OUT_DIR"
-if [ -z "${REUSE_TIMING:-}" ]; then  # REUSE_TIMING=1: plot again from the committed timing
+if [ -z "${REUSE_TIMING:-}" ]; then
     python3 -m muxplm bench throughput --threads 1 --clock process --batch-size 128 --seq-len 48 --trials 5 \
         --batches 3 "${models[@]}" --output "$OUT_DIR/timing.json"
 fi

@@ -5,8 +5,8 @@
 # CPU (fp32 and int8) and the table, plot and verdicts written to benchmarks/results/convert-pareto.
 #   bash benchmarks/run_convert_pareto.sh            # on a machine with a CUDA GPU: about 6 min there
 #   DEVICE=cpu JOBS=2 bash benchmarks/run_convert_pareto.sh   # CPU only: many hours on two cores
-# The committed rows.jsonl came from the first step on one H100 (see benchmarks/README.md); the
-# second step alone re-times and re-assembles them: SKIP_TRAINING=1.
+# SKIP_TRAINING=1: the second step alone, re-timing and re-assembling a rows.jsonl already in OUT.
+# The committed table's rows.jsonl (the first step, on one H100) is in the lab notebook commit 8c644a7.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-benchmarks/results/convert-pareto}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU throughput runs whose results are committed under benchmarks/results/throughput/.
+# The CPU throughput runs behind benchmarks/results/throughput/ (the tree keeps the three files the docs quote).
 # Shared 2-core machine: one torch thread and the process-CPU-time clock keep other
 # processes' load out of the ratios (wall-clock throughput is recorded too).
 set -euo pipefail

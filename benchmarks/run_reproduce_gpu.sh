@@ -17,7 +17,7 @@
 # trained a few ROWS a call with one code, and the last call's table has them all (the merge refuses
 # parts trained by another code or recipe). MERGE=1 only merges, timing every row on DEVICE.
 #
-# The two GPU tables committed so far ran the `full` preset with settings given by hand (before the
+# The two committed GPU tables ran the `full` preset with settings given by hand (before the
 # `gpu` preset was this rule); the same runs again:
 #   PRESET=full bash benchmarks/run_reproduce_gpu.sh                    # larger-gpu: BERT-small, N = 1 and 2
 #   PRESET=full ROWS="bert mux-bert-5 mux-bert-10" RESULTS=benchmarks/results/reproduce/paper-full/longer-grid-gpu \

@@ -39,8 +39,8 @@ CHECKOUT_PYTHONPATH=${PYTHONPATH:-}
 muxplm() { python3 -m muxplm "$@"; }
 source benchmarks/merge_parts.sh
 merge() {  # with this checkout's code, whatever commit trained the parts
-    # Nine round-robin trials a row and their median: the recipe's three trials' mean moved a row's
-    # speed-up by up to a third between merges on this 2-core VM (MUX-BERT N = 10: 3.12x, 3.03x, 2.40x).
+    # Nine round-robin trials a row and their median: on a shared 2-core VM the recipe's three trials'
+    # mean can move a row's speed-up by up to a third between merges.
     PYTHONPATH="$CHECKOUT_PYTHONPATH" merge_parts "$OUT" --threads 1 \
         --set throughput.trials=9 --set throughput.statistic=median
 }
@@ -61,8 +61,8 @@ RECIPE_OVERRIDES=("$@")  # the script's arguments go to every shard's training (
 # 120, 90 | 120, 90 | 145, 145 | 115, 160 | 125, 125.
 if [ "$PRESET" = stable ]; then
     # One row a shard: a session runs what fits, PARALLEL at a time, and the parts accumulate.
-    # At 900 steps in bf16 (AVX-512 BF16, two side by side, 2026-12-03) a tiny row trained for 11-15 min,
-    # a contextual row for 21-23, the larger size's for 34-36 (its N = 1 row over two shards).
+    # At 900 steps in bf16 (AVX-512 BF16, two side by side) a tiny row trains in 11-15 min, a
+    # contextual row in 21-23, the larger size's in 34-36 (its N = 1 row over two shards).
     # The larger size (17-19) as under `full`: its N = 1 row's tasks over two shards.
     SHARDS=(bert mux-bert-2 mux-bert-5 mux-bert-10 electra mux-electra-2 mux-electra-5 mux-electra-10
             tmux-2 tmux-5 tmux-10 prefix-2 prefix-5 prefix-10 contextual-2 contextual-5 contextual-10

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A stable row's fine-tuning on one task run again from the same pre-trained encoder with some
 # settings changed, by the code that trained the row (the table's settings otherwise), and scored
-# beside the row's own run by the same evaluation. Two uses so far:
+# beside the row's own run by the same evaluation. Two uses:
 #  - why a row ends at NER F1 0: another data-order seed (if it learns NER, the zero is a plateau
 #    one run fell into) or a lower learning rate (the rule's rate too high for the row);
 #  - how much of a row's composition churn is the consistency weight and how much the run: the

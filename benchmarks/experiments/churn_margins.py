@@ -20,8 +20,7 @@ from pathlib import Path
 
 import torch
 
-from muxplm.data.collators import PaddingCollator
-from muxplm.training.evaluate import predict
+from muxplm.inference import Encoded, forward_batches, forward_pass, pad_token_id
 from muxplm.training.inputs import load_task_features
 from muxplm.training.models import load_classifier
 
@@ -34,11 +33,20 @@ def seed_probabilities(checkpoint: str, task: str, seeds: int, max_length: int) 
     _, features = load_task_features(tokenizer, task=task, task_kind="sentence", label_names=names,
                                      max_length=length, splits=("validation",))
     rows = features["validation"]
+    instances = [Encoded.from_features(rows[i]) for i in range(len(rows))]
+    golds = [rows[i]["labels"] for i in range(len(rows))]
+    pad = pad_token_id(tokenizer, model.config)
+    model.eval()
+
+    def run_pass(batch, composition_seed):  # the evaluation's passes, its logits kept
+        return forward_pass(model, batch, task="sentence", pad_token_id=pad, composition_seed=composition_seed)
+
     runs = seeds if model.config.num_instances > 1 else 1
-    probabilities, golds = [], None
-    for seed in range(runs):
-        outputs, golds = predict(model, rows, PaddingCollator(tokenizer), 64, seed)
-        probabilities.append(torch.stack(outputs).softmax(-1))
+    probabilities = []
+    with torch.inference_mode():
+        for seed in range(runs):
+            outputs = forward_batches(run_pass, instances, batch_size=64, composition_seed=seed)
+            probabilities.append(torch.stack(outputs).softmax(-1))
     return torch.stack(probabilities), torch.tensor(golds)
 
 

@@ -11,9 +11,13 @@ evaluation is appended to ``OUT/rows.jsonl`` as it lands, so a run cut short kee
     python3 benchmarks/experiments/convert_grid.py curves --out benchmarks/results/convert-curves \\
         --runs runs/convert-grid --device cuda --jobs 14
 
-Plans: ``curves`` (the fine-tuned score against conversion compute with the mixture at the bottom,
-K = 0, at N = 2 and 5: priming alone and priming with the plain encoder's states distilled),
-``smoke`` (the same chain in seconds, for the CPU).
+Plans (``PLANS``; each plan's function says what it asks): ``curves`` (the fine-tuned score against
+conversion compute with the mixture at the bottom, K = 0, at N = 2 and 5: priming alone and priming
+with the plain encoder's states distilled), ``curves20``, ``pareto``, ``finetune``, ``pareto+finetune``
+(``benchmarks/run_convert_pareto.sh``), ``stack20``, ``equal20`` / ``equal40`` / ``equal80``, ``enclr``,
+``adapters``, ``sdistill``, ``consistency``, ``stacked``, ``data8k``, ``mpnet`` / ``mpnet-gpu``, and
+``smoke`` (a chain in seconds, for the CPU). ``--out`` gets ``rows.jsonl``, ``evals/``, ``job-logs/``
+and ``logs.tar.gz``; the committed ``convert-*/rows.jsonl`` are such files.
 """
 
 from __future__ import annotations
@@ -171,18 +175,17 @@ def equal40_plan() -> list[Row]:
 
 
 def equal80_plan() -> list[Row]:
-    """Four times the fine-tuning (80 epochs) where 40 still helped: the two N = 5 K = 0 rows (+3 and
-    +4 points from 20 to 40 epochs) and the 1-layer cut, which runs at least as fast (N = 2 and the
-    2-layer cut did not move from 20 to 40)."""
+    """Four times the fine-tuning (80 epochs) where 40 still helped: the two N = 5 K = 0 rows, and
+    the 1-layer cut, which runs at least as fast."""
     return _longer_plan(80, (1,), ("n5-k0-from-n2-400", "n5-prog5-k0-800"))
 
 
 def enclr_plan() -> list[Row]:
     """Per-module learning rates instead of longer fine-tuning: the N = 5 curriculum row (equal20's
-    n5-k0-from-n2-400, 72.0 at 20 epochs with the encoder at 1e-4, 75.2 at 40) fine-tuned 20 epochs
+    n5-k0-from-n2-400, encoder at 1e-4, which gained from 20 to 40 epochs) fine-tuned 20 epochs
     with its embeddings and layers at 3e-4 and 1e-3, the multiplexer, demultiplexer and head at
-    2e-4 as before: does a faster encoder buy what more epochs do? (3e-4 never left chance), and at
-    3e-5: does a slower one keep the conversion's features while the fresh head settles?"""
+    2e-4 as before: does a faster encoder buy what more epochs do? And at 3e-5: does a slower one
+    keep the conversion's features while the fresh head settles?"""
     rows = [Row(f"n5-k0-from-n2-400-enc{lr}-ep20", 5, 0, steps=400, convert_from="n5-k0-from-n2-400-ep20",
                 finetune={"num_epochs": "20", "encoder_lr": lr}) for lr in ("3e-5", "3e-4", "1e-3")]
     return [dataclasses.replace(row, tasks=("sentiment",), int8=False) for row in rows]
@@ -200,9 +203,8 @@ def adapters_plan() -> list[Row]:
     # The N = 5 adapter conversion fine-tuned 40 and 80 epochs too, as equal40 / equal80 do the others.
     rows += [Row(f"n5-prog5-k0-800-adapter-ep{epochs}", 5, 0, steps=800, convert_from="n5-prog5-k0-800-adapter-ep20",
                  finetune={"num_epochs": str(epochs)}) for epochs in (40, 80)]
-    # Adapters on the curriculum over N (the two gains were separate: curriculum +2.2, adapters +3.3 at
-    # 20 epochs): the N = 2 adapter conversion above regrouped to N = 5 with 400 more steps, fine-tuned
-    # 40 epochs, the adapter rows' best length.
+    # Adapters on the curriculum over N (do the two gains add up?): the N = 2 adapter conversion above
+    # regrouped to N = 5 with 400 more steps, fine-tuned 40 epochs, the adapter rows' best length.
     rows.append(Row("n5-k0-from-n2-400-adapter-ep40", 5, 0, steps=400, regroup_from="n2-prog5-k0-400-adapter-ep20",
                     convert={"batch_groups": "32", "mux_type": "adapter"}, finetune={"num_epochs": "40"}))
     rows.append(Row("n5-k0-from-n2-400-adapter-ep80", 5, 0, steps=400, convert_from="n5-k0-from-n2-400-adapter-ep40",
@@ -211,15 +213,14 @@ def adapters_plan() -> list[Row]:
     # 3/5 of a layer's work per instance against the 1-layer cut's whole layer.
     rows.append(Row("cut3-n5-prog2-k0-800-adapter-ep40", 5, 0, keep=3, steps=800, finetune={"num_epochs": "40"},
                     convert={"start_unmuxed_layers": "2", "batch_groups": "32", "mux_type": "adapter"}))
-    # The 40- and 80-epoch rows on trec too, the other sentence task (its N = 5 training loss was still
-    # falling at 40 epochs).
+    # The 40- and 80-epoch rows on trec too, the other sentence task.
     return [dataclasses.replace(row, tasks=("sentiment", "trec") if row.name.endswith(("ep40", "ep80")) else ("sentiment",),
                                 int8=False) for row in rows]
 
 
 def sdistill_plan() -> list[Row]:
     """The converted encoders' frozen sentence vectors carry less of the task than MiniLM's
-    (linear probes, ``probe_pooling.py``: sentiment 60-66 against 77): the N = 5 adapter
+    (linear probes, ``probe_pooling.py``): the N = 5 adapter
     conversion (800 progressive steps) goes on for 300 steps with the plain MiniLM's sentence
     vector (each instance's mean over its tokens) as a target beside the retrieval loss (w = 0.5),
     then fine-tunes as the adapter rows do (20 and 40 epochs)."""
@@ -234,9 +235,8 @@ def sdistill_plan() -> list[Row]:
 
 def consistency_plan() -> list[Row]:
     """The best N = 5 conversion (adapters on the curriculum over N) fits its 2,000 trec examples
-    (training loss 0.015 at 80 epochs) and stays 10 points under the 1-layer cut: the fine-tuning's
-    composition consistency (``--consistency-weight 1``, the weight measured on the K = 3
-    conversions: +1.1 points, a third less churn) as a regulariser, 40 epochs as its row without it."""
+    yet trails the 1-layer cut: the fine-tuning's composition consistency (``--consistency-weight 1``,
+    the weight measured on the K = 3 conversions) as a regulariser, 40 epochs as its row without it."""
     consistent = {"num_epochs": "40", "consistency_weight": "1"}
     rows = [Row("n5-k0-from-n2-400-adapter-cons1-ep40", 5, 0, steps=400, convert_from="n5-k0-from-n2-400-adapter-ep40",
                 finetune=consistent, tasks=("trec", "sentiment"), int8=False)]
@@ -280,7 +280,7 @@ def mpnet_plan() -> list[Row]:
     rows = [Row("mpnet", finetune=small)] + [Row(f"mpnet-cut{k}", keep=k, finetune=small) for k in (6, 4)]
     rows += [Row("mpnet-n2-k3", 2, 3, steps=100, recipe=True, finetune=small),
              Row("mpnet-n5-k3", 5, 3, steps=100, recipe=True, convert={"batch_groups": "16"}, finetune=small)]
-    # Four times the priming (100 steps left held-out retrieval at 23 % and rising).
+    # Four times the priming (at 100 steps held-out retrieval is still rising).
     rows += [Row("mpnet-n2-k3-400", 2, 3, steps=400, recipe=True, finetune=small)]
     return [dataclasses.replace(row, int8=False) for row in rows]
 
@@ -288,9 +288,9 @@ def mpnet_plan() -> list[Row]:
 def mpnet_gpu_plan() -> list[Row]:
     """MPNet-base at full size, for a GPU (``--device cuda --jobs 8``): the MiniLM Pareto rows'
     fine-tuning (2,000 examples, scored on 1,000) for 20 epochs for every row, the encoder at
-    5e-5; conversions with 800 priming steps (on the CPU, 100 steps left held-out retrieval at
-    23 % (N = 2) and 0.2 % (N = 5), still rising) at K = 3 and K = 6 (half the layers, the
-    recipe's share on MiniLM), and the 4-layer cut multiplexed with one unmuxed layer."""
+    5e-5; conversions with 800 priming steps (the CPU plan's 100 leave retrieval still rising) at
+    K = 3 and K = 6 (half the layers, the recipe's share on MiniLM), and the 4-layer cut
+    multiplexed with one unmuxed layer."""
     long = {"num_epochs": "20", "encoder_lr": "5e-5"}
     rows = [Row("mpnet-ep20", finetune=long)] + [Row(f"mpnet-cut{k}-ep20", keep=k, finetune=long) for k in (2, 4, 6, 8)]
     rows += [Row(f"mpnet-n{n}-k{k}-ep20", n, k, steps=800, recipe=True, finetune=long) for n in (2, 5) for k in (3, 6)]

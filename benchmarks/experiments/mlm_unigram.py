@@ -4,7 +4,7 @@ blocks, scored on the same held-out blocks: cross-entropy over every non-special
 accuracy of always guessing the most frequent one).
 
     python3 benchmarks/experiments/mlm_unigram.py runs/reproduce-paper-full/bert/2-pretrain \\
-        runs/reproduce-paper-full/mux-bert-2/2-pretrain --output results/reproduce/paper-full/mlm-unigram.json
+        runs/reproduce-paper-full/mux-bert-2/2-pretrain --output benchmarks/results/reproduce/paper-full/mlm-unigram.json
 
 A checkpoint whose loss sits near the unigram cross-entropy has learned little context, so its
 upper layers (and pre-training itself) have little to add to a fine-tuning that starts from it.

@@ -2,15 +2,20 @@
 plain encoder (the packaged MiniLM, or ``--encoder DIR`` of any family muxplm converts), its cut
 encoders and int8 copies, with the speed of each shape timed side by side here.
 
-    python3 benchmarks/experiments/pareto.py --rows benchmarks/results/convert-pareto/rows.jsonl \\
+    # the rows of `convert_grid.py pareto+finetune` (benchmarks/run_convert_pareto.sh runs both steps):
+    python3 benchmarks/experiments/pareto.py --rows runs/convert-pareto/out/rows.jsonl \\
         --out benchmarks/results/convert-pareto
-    # more rows against the same timing (speeds are per shape):
+    # more rows against the same timing (speeds are per shape; results.json: the run above's):
     python3 benchmarks/experiments/pareto.py --rows A/rows.jsonl B/rows.jsonl --out C \\
         --timing-from benchmarks/results/convert-pareto/results.json
-    # another encoder, fp32 only (the reference row is the N = 1 row that keeps every layer):
-    python3 benchmarks/experiments/pareto.py --rows benchmarks/results/mpnet-base/rows.jsonl \
-        --out benchmarks/results/mpnet-base --encoder "$(python3 -c 'import muxplm.data as d; print(d.mpnet_base_dir())')" \
+    # another encoder, fp32 only (the reference row is the N = 1 row that keeps every layer), after
+    # `convert_grid.py mpnet --encoder ENCODER --out runs/mpnet/out --runs runs/mpnet`:
+    python3 benchmarks/experiments/pareto.py --rows runs/mpnet/out/rows.jsonl \\
+        --out benchmarks/results/mpnet-base --encoder "$(python3 -c 'import muxplm.data as d; print(d.mpnet_base_dir())')" \\
         --name MPNet-base --precisions fp32 --trials 3 --batches 1
+
+The rows.jsonl and results.json behind the committed tables (convert-pareto, convert-stack20, their
+-onnx copies, mpnet-base) are in the lab notebook commit 8c644a7 only.
 
 Scores come from the grid's evaluations (5 composition seeds for N > 1); speed is the sentence
 head's samples/s on this CPU, one thread, process CPU clock, batch 128 x 48 tokens, every shape

@@ -20,7 +20,8 @@ run). ``timing`` in the output says which. The token tasks (``--token-tasks``) a
 judged beside the sentence tasks, not drawn, and each point's sentence / token retention is
 its average over its family's N = 1 row's in the table where it has every task of the group. Writes
 ``churn.png`` (one panel per sentence task: speed-up against predictions changed, with the 5 % /
-10 % targets of N = 2 / 5), ``churn.md`` and ``churn.json``.
+10 % targets of N = 2 / 5), ``churn.md`` and ``churn.json``. ``benchmarks/run_churn.sh`` runs it; the
+results files it read for the committed ``paper-full/churn`` are in the lab notebook commit 8c644a7 only.
 """
 
 from __future__ import annotations

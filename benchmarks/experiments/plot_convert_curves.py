@@ -2,14 +2,18 @@
 
     python3 benchmarks/experiments/plot_convert_curves.py benchmarks/results/convert-curves
 
-Reads ``rows-*.jsonl`` in the folder, writes ``curves.png`` (left: the sentence-task average after
+Reads ``rows-*.jsonl`` in the folder (a grid's ``rows.jsonl`` copied as ``rows-LABEL.jsonl``, LABEL
+naming its fine-tuning: ``rows-3xN-epochs.jsonl`` from ``curves``, ``rows-20-epochs.jsonl`` from
+``curves20``), writes ``curves.png`` (left: the sentence-task average after
 fine-tuning; right: held-out retrieval accuracy at the end of the conversion, both against the
 conversion steps on a log scale) and ``curves.md`` (the same numbers as a table). Reference lines:
-plain MiniLM and its 3- and 2-layer cuts fine-tuned the same way in the same run.
+plain MiniLM and its 3- and 2-layer cuts fine-tuned the same way in the same run. The rows behind
+the committed ``curves.md`` are in the lab notebook commit 8c644a7 only.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import statistics
@@ -27,9 +31,12 @@ def main(folder: str) -> int:
     import matplotlib.pyplot as plt
 
     root = Path(folder)
+    files = sorted(root.glob("rows-*.jsonl"))
+    if not files:  # rather than overwrite the folder's curves with empty ones
+        raise SystemExit(f"plot_convert_curves.py: no rows-*.jsonl in {root}")
     series: dict[str, dict[int, dict]] = defaultdict(dict)
     references: dict[str, float] = {}
-    for path in sorted(root.glob("rows-*.jsonl")):
+    for path in files:
         fine_tuning = path.stem.removeprefix("rows-")
         by_row: dict[str, list[dict]] = defaultdict(list)
         for line in path.read_text().splitlines():
@@ -79,4 +86,6 @@ def main(folder: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results/convert-curves"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", help="the folder of rows-*.jsonl; curves.png and curves.md are written there")
+    sys.exit(main(parser.parse_args().folder))

@@ -3,8 +3,8 @@ one panel per group of runs (by default, by number of instances).
 
     python3 benchmarks/experiments/plot_curves.py benchmarks/results/curves/priming \
         --metric accuracy --output benchmarks/results/curves/priming.png
-    python3 benchmarks/experiments/plot_curves.py benchmarks/results/curves/convert --kind train \
-        --stage -1 --metric loss --panel-by stage --output benchmarks/results/curves/convert-finetune.png
+    python3 benchmarks/experiments/plot_curves.py benchmarks/results/curves/pretrain-budget --kind train \
+        --stage -1 --metric loss --panel-by stage --output benchmarks/results/curves/pretrain-budget-finetune.png
 """
 
 from __future__ import annotations

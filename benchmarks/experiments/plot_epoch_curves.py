@@ -9,6 +9,10 @@ log scale; right: each run's training loss against its epochs, where the N = 5 r
 before they learn) and ``OUT/epochs.md`` (the table, the epoch at which each run's loss first fell
 below ``--left-chance``, the gain per doubling of the last two lengths of each series, and where that
 gain would meet the cut that runs at least as fast: ``--match N=CUT``).
+
+The committed ``convert-ep80/epochs.md`` came from ``plot_epoch_curves.py benchmarks/results/convert-ep80
+benchmarks/results/convert-{stack20,progressive,curriculum,ep40,ep80,adapters,enclr}``; the rows.jsonl
+and logs.tar.gz it read are in the lab notebook commit 8c644a7 (the tree keeps some of the rows).
 """
 
 from __future__ import annotations

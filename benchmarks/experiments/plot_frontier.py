@@ -1,8 +1,12 @@
 """Speed against accuracy for fine-tuned checkpoints timed side by side: the cut encoders' line
 and every multiplexed point, each row at the fine-tuning length it was run with.
 
-    python3 benchmarks/experiments/plot_frontier.py --rows benchmarks/results/convert-{stack20,adapters}/rows.jsonl \\
+    python3 benchmarks/experiments/plot_frontier.py \\
+        --rows benchmarks/results/convert-{stack20,adapters,sdistill,consistency,stacked}/rows.jsonl \\
         --speed benchmarks/results/convert-stacked/speed.json --out benchmarks/results/convert-stacked
+
+(the command of the committed ``convert-stacked/frontier.md``; the tree keeps the adapters and
+sdistill rows, the others are in the lab notebook commit 8c644a7).
 
 Scores: the grid rows' fp32 means (``convert_grid.py``; 5 composition seeds for N > 1), the sentence
 average over sentiment and trec for rows scored on both. Speed: ``muxplm bench throughput --model

@@ -7,7 +7,9 @@
         --baseline benchmarks/results/reproduce/convert/results.json \
         --rows convert-minilm-2,convert-minilm-5
 
-Writes ``benchmarks/results/curves/GRID-stability.png`` and ``GRID-stability.md``.
+Writes ``benchmarks/results/curves/GRID-stability.png`` and ``GRID-stability.md``. Inputs: the
+grid's curves (``sweep.py GRID``) and the reproduction's results.json; those behind the committed
+``consistency-stability.md`` are in the lab notebook commit 8c644a7 only.
 """
 
 from __future__ import annotations

@@ -24,10 +24,13 @@ an earlier run of this script scored them (its rows.jsonl and encoder shape), so
 join a frontier whose checkpoints are gone: only the variants are scored, and every shape is timed
 again side by side.
 
-    python3 benchmarks/experiments/reproduce_frontier.py --scored benchmarks/results/reproduce/paper-stable/frontier-bert \
-        --results benchmarks/results/reproduce/paper-stable --family bert \
-        --variant l1=runs/stable-l1:benchmarks/results/reproduce/paper-stable/stacked-l1 \
+    python3 benchmarks/experiments/reproduce_frontier.py --scored benchmarks/results/reproduce/paper-stable/frontier-bert \\
+        --results benchmarks/results/reproduce/paper-stable --family bert \\
+        --variant l1=runs/stable-l1:benchmarks/results/reproduce/paper-stable/stacked-l1 \\
         --out benchmarks/results/reproduce/paper-stable/stacked-l1/frontier
+
+The committed frontier folders keep table.md only: the results.json, rows.jsonl and encoder/ that
+these commands read are in the lab notebook commit 8c644a7 (or made again by the reproduction).
 """
 
 from __future__ import annotations

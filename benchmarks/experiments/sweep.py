@@ -6,6 +6,11 @@
 Each run's ``log.jsonl`` is copied to ``benchmarks/results/curves/GRID/RUN.jsonl`` (its settings
 and wall time ride along in a first ``{"kind": "settings"}`` record); ``plot_curves.py`` draws
 them. Runs whose curve file exists are skipped, so shards can run side by side (``--only``).
+
+Inputs: ``priming`` trains from scratch. The other grids start from a reproduction's checkpoints:
+``runs/reproduce-issue9`` (``muxplm reproduce --full --runs-dir runs/reproduce-issue9 --models
+bert,mux-bert-2,mux-bert-5,mux-bert-10``) or ``runs/reproduce-convert`` (``muxplm reproduce --convert
+--runs-dir runs/reproduce-convert``), at the recipes of the lab notebook commit 8c644a7.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ GRIDS["priming"].update({
 })
 
 SMALL_DATA = ROOT / "runs" / "sweeps" / "data"
-PRETRAINED = ROOT / "runs" / "reproduce-issue9"  # made by benchmarks/run_cpu_reproduce_issue9.sh
+PRETRAINED = ROOT / "runs" / "reproduce-issue9"  # `muxplm reproduce --full`'s from-scratch rows (see the docstring)
 
 
 def small_sentiment_files(size: int = 3200) -> tuple[str, str]:
@@ -95,7 +100,7 @@ GRIDS["small-data"] = {
     f"n{n}-{name}": small_data(n, **kw)
     for n in (1, 2, 5)
     for name, kw in {
-        # the tiny fine-tuning recipe before issue 9
+        # the tiny fine-tuning recipe's earlier defaults, against the current ones
         "old-defaults": dict(lr=1e-4, num_epochs=3.0, min_steps=1, sentence_pooling="first"),
         "defaults": dict(),
     }.items()
@@ -136,9 +141,7 @@ def conversion(n: int, *, unmuxed: int = 0, key_norm: float = 1.0, steps: int = 
                groups: int = 32, tune: dict | None = None, **priming_settings):
     """Warm start from MiniLM, retrieval priming, then sentiment fine-tuning: a chain of stages,
     each starting from the previous one's output. The priming learning rates rise linearly over
-    the whole run to 2e-4 (fresh modules) and ``encoder_lr``: the curves committed before the
-    warm-up fix were recorded as lr 1e-3 / 1e-4 with a 10 % warm-up ratio, which the paper
-    recipe's 1,000 warm-up steps overrode, giving exactly this ramp over 200 steps."""
+    the whole run to 2e-4 (fresh modules) and ``encoder_lr`` (a warm-up ratio of 1)."""
     prime = dict(stage="retrieval", init_encoder="MINILM", num_instances=n, demux_type="unbind",
                  num_unmuxed_layers=unmuxed, mux_key_norm=key_norm, batch_size=groups * n, max_length=32,
                  max_steps=steps, lr=2e-4, encoder_lr=encoder_lr, retrieval_softmax="in_batch", warmup_ratio=1.0,
@@ -174,10 +177,10 @@ GRIDS["convert"] = {
 }
 
 
-# Fine-tuning a converted model (the `reproduce --convert` N = 2 conversion, made by
-# benchmarks/run_cpu_reproduce_convert.sh): is the gap to plain MiniLM on sentence tasks a matter
-# of fine-tuning length, of the encoder's learning rate, or of the labels (task distillation
-# from the plain model fine-tuned on the same task, the reproduction's N = 1 row)?
+# Fine-tuning a converted model (the `muxplm reproduce --convert` N = 2 conversion): is the gap to
+# plain MiniLM on sentence tasks a matter of fine-tuning length, of the encoder's learning rate, or
+# of the labels (task distillation from the plain model fine-tuned on the same task, the
+# reproduction's N = 1 row)?
 CONVERTED = ROOT / "runs" / "reproduce-convert"
 
 
@@ -187,7 +190,6 @@ def converted_finetune(task: str, n: int = 2, epochs: float = 4.5, **settings):
                 num_epochs=epochs, eval_steps=steps_per_epoch, **settings)
 
 
-# Runs without a curve file in results/curves/convert-finetune were not run (see benchmarks/README.md).
 GRIDS["convert-finetune"] = {
     f"n2-{task}-{name}": converted_finetune(task, **kw)
     for task in ("trec", "sentiment")
@@ -213,11 +215,11 @@ GRIDS["convert-finetune"].update({
 })
 
 
-# Stability: do the issue-9 fine-tuning rows (reproduce-issue9's pre-trained checkpoints, its
-# sentence recipe: N x 2 epochs, lr 2e-4, mean pooling) change fewer predictions across
-# compositions when every batch is also trained in a second composition (--consistency-weight)?
-# The rows without consistency are the reproduction's own (results/reproduce/issue9). Each run
-# ends with a 5-seed evaluation ("stability" record: mean, std and changed-across-seeds).
+# Stability: do the reproduction's fine-tuning rows (PRETRAINED's checkpoints, its sentence
+# recipe: N x 2 epochs, lr 2e-4, mean pooling) change fewer predictions across compositions when
+# every batch is also trained in a second composition (--consistency-weight)? The rows without
+# consistency are the reproduction's own (its results.json). Each run ends with a 5-seed
+# evaluation ("stability" record: mean, std and changed-across-seeds).
 def consistency_run(n: int, weight: float, epochs: float | None = None, task: str = "sentiment", **settings):
     return dict(sentence_head(n, "mean", task), num_epochs=epochs or 2.0 * n, consistency_weight=weight,
                 eval_steps=10**9, stability_seeds=5, **settings)  # (overrides sentence_head's 0)
@@ -251,9 +253,9 @@ def reproduced(stage_dir: Path, **changes):
     return dict(saved, eval_steps=10**9, stability_seeds=5, **{"consistency_weight": 0.0, **changes})
 
 
-# The same question for the converted MiniLM rows (benchmarks/run_cpu_reproduce_convert.sh):
-# N = 2 sentence retention is 2.8 points under the issue-10 minimum, N = 5 token retention 1.0
-# (NER). Consistency against task distillation from the plain MiniLM fine-tuned on the task.
+# The same question for the converted MiniLM rows (CONVERTED), where retention falls short of the
+# targets (N = 2 sentence, N = 5 token tasks): consistency against task distillation from the plain
+# MiniLM fine-tuned on the task.
 GRIDS["convert-consistency"] = {
     f"n{n}-{task}-{name}": reproduced(CONVERTED / f"convert-minilm-{n}" / f"3-{task}", **kw)
     for n, task in ((2, "trec"), (2, "sentiment"), (5, "ner"), (5, "pos"))
@@ -272,11 +274,10 @@ def conversion_then(prime: dict, tune: dict, grid: str, first_run: str, is_first
     return dict(tune, init=str(ROOT / "runs" / "sweeps" / grid / first_run / "1-retrieval"))
 
 
-# Partial multiplexing: the accuracy side of the K = 1 / 3 points of the trade-off table, run
-# when the conversion recipe had K = 2. The conversion again with K unmuxed layers, then the
-# reproduction's sentence fine-tuning with --consistency-weight 1 (the K = 2 points:
-# convert-consistency/n2-*-cons1); the token tasks fine-tune exactly as the reproduction's row
-# (no consistency term).
+# Partial multiplexing: the accuracy side of the K = 1 / 3 points of the trade-off table against
+# a K = 2 conversion. The conversion again with K unmuxed layers, then the reproduction's sentence
+# fine-tuning with --consistency-weight 1 (the K = 2 points: convert-consistency/n2-*-cons1); the
+# token tasks fine-tune exactly as the reproduction's row (no consistency term).
 def converted_with(unmuxed: int, task: str, n: int = 2, first: str = "trec"):
     row = CONVERTED / f"convert-minilm-{n}"
     weight = 1.0 if task in ("trec", "sentiment") else 0.0
@@ -287,15 +288,13 @@ def converted_with(unmuxed: int, task: str, n: int = 2, first: str = "trec"):
 
 GRIDS["convert-unmuxed"] = {f"n2-k{k}-{task}": converted_with(k, task) for k in (1, 3) for task in ("trec", "sentiment")}
 GRIDS["convert-unmuxed"].update({f"n2-k3-{task}": converted_with(3, task) for task in ("pos", "ner")})
-# ... and N = 5's token tasks (its minimum is 90 % token retention; K = 2 gives 89.0 %)
+# ... and N = 5's token tasks, whose target is 90 % token retention
 GRIDS["convert-unmuxed"].update({f"n5-k3-{task}": converted_with(3, task, n=5, first="pos") for task in ("pos", "ner")})
-# (N = 5's sentence tasks at K = 3: run_cpu_reproduce_convert_k3.sh, at the plain row's compute.)
 
-# Longer conversion priming: the recipe's 200 steps end with held-out retrieval still rising
-# steeply (N = 10: 11 % at step 100, 27 % at 200). The N = 10 conversion again with 3 x the
-# steps (about 30 min on the CPU, inside the issue's one-hour budget), then the reproduction's
-# fine-tuning of each task unchanged; the reproduction's N = 10 row is the 1 x point. (Run: trec
-# and sentiment; pos and NER were stopped once sentiment had come out worse.)
+# Longer conversion priming: at N = 10 the recipe's 200 steps end with held-out retrieval still
+# rising steeply. The N = 10 conversion again with 3 x the steps (about 30 min on a 2-core CPU),
+# then the reproduction's fine-tuning of each task unchanged; the reproduction's N = 10 row is the
+# 1 x point.
 def primed_longer(n: int, factor: int, task: str, first: str = "trec"):
     row = CONVERTED / f"convert-minilm-{n}"
     saved = reproduced(row / "1-convert")
@@ -305,9 +304,9 @@ def primed_longer(n: int, factor: int, task: str, first: str = "trec"):
 
 GRIDS["convert-priming"] = {f"n10-x3-{task}": primed_longer(10, 3, task) for task in ("trec", "sentiment", "pos", "ner")}
 
-# Token tasks at N = 10 (token retention 75.7 %, under the issue's 80 %): the reproduction gave
-# its token rows the N = 1 fine-tuning length; N x the epochs is the N = 1 row's encoder compute
-# (pos: 2 -> 20 epochs of 4,000 sentences; NER: 10 -> 20, the recipe's cap, and 50).
+# Token tasks at N = 10, under the 80 % token retention target: the reproduction gives its token
+# rows the N = 1 fine-tuning length; N x the epochs is the N = 1 row's encoder compute (pos: 2 -> 20
+# epochs of 4,000 sentences; NER: 10 -> 20, the recipe's cap, and 50).
 GRIDS["token-epochs"] = {
     "n10-pos-20ep": reproduced(PRETRAINED / "mux-bert-10" / "3-pos", num_epochs=20.0),
     "n10-ner-20ep": reproduced(PRETRAINED / "mux-bert-10" / "3-ner", num_epochs=20.0),
@@ -315,11 +314,11 @@ GRIDS["token-epochs"] = {
 }
 
 
-# Stability against the pre-training budget: is the churn left after consistency (11.7 % at
-# N = 2, w = 4) a matter of how well priming and MLM separated the instances? The N = 2
-# reproduction's priming and MLM stages again at k x their steps (same settings otherwise), then
-# the consistency recipe's fine-tuning (w = 4, 4 epochs) from the result; the 1 x point is
-# consistency/n2-sentiment-w4. (4x was stopped in its priming stage once 2x had shown no gain.)
+# Stability against the pre-training budget: is the churn left after consistency (N = 2, w = 4)
+# a matter of how well priming and MLM separated the instances? The N = 2 reproduction's priming
+# and MLM stages again at k x their steps (same settings otherwise), then the consistency
+# recipe's fine-tuning (w = 4, 4 epochs) from the result; the 1 x point is
+# consistency/n2-sentiment-w4.
 def pretrain_budget(n: int, factor: int):
     stages = []
     for name in ("1-retrieval", "2-pretrain"):
