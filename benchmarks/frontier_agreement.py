@@ -40,16 +40,29 @@ def main(argv=None) -> int:
                          "ratio": round(row["speedup"] / speedup, 3),
                          "bench_std_share": round(timed["std"] / timed["samples_per_s"], 3)})
     within = [c for c in compared if abs(c["ratio"] - 1) <= 0.10]
+    from scipy.stats import spearmanr
+
+    from muxplm.frontier.pareto import recommend
+
+    table = json.loads((args.frontier_dir / "frontier.json").read_text())
+    bench_speeds = {c["name"]: c["bench"] for c in compared}
+    rows_at_bench_speed = [dict(row, speedup=bench_speeds[row["name"]]) for row in rows if row["name"] in bench_speeds]
+    recommended_at_bench_speed = recommend(rows_at_bench_speed, table["min_retention"])["name"]
     report = {"machine": platform.processor() or platform.machine(), "date": date.today().isoformat(),
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                        text=True).stdout.strip(),
-              "within_10_percent": f"{len(within)} of {len(compared)}", "rows": compared}
+              "within_10_percent": f"{len(within)} of {len(compared)}",
+              "rank_correlation": round(float(spearmanr([c["frontier"] for c in compared],
+                                                        [c["bench"] for c in compared]).statistic), 3),
+              "recommended": table["recommended"], "recommended_at_bench_speed": recommended_at_bench_speed,
+              "rows": compared}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=1) + "\n")
     for c in compared:
         print(f"{c['name']:24} frontier {c['frontier']:6.2f}x  bench {c['bench']:6.2f}x  ratio {c['ratio']:.2f}"
               f"  (bench spread {100 * c['bench_std_share']:.0f} %)")
-    print(f"within 10 %: {report['within_10_percent']}")
+    print(f"within 10 %: {report['within_10_percent']}; rank correlation {report['rank_correlation']}; "
+          f"recommended {report['recommended']}, at the benchmark's speed-ups {recommended_at_bench_speed}")
     return 0
 
 
