@@ -19,6 +19,9 @@ the commit and the load average before and after (other work on the machine slow
 
     python3 benchmarks/predict_throughput.py --small  # about 3 minutes on 2 cores
     python3 benchmarks/predict_throughput.py --lines 200000 --rss-lines 2000000 --model runs/my-task
+    # one part only: the throughput of a fine-tuned model; the memory check on 2M lines
+    python3 benchmarks/predict_throughput.py --model runs/my-task --lines 8607 --parts throughput
+    python3 benchmarks/predict_throughput.py --rss-lines 2000000 --parts rss
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "predict"
+PARTS = ("throughput", "rss", "workers", "ray")
 
 
 def build_model(folder: Path, layers: int) -> Path:
@@ -149,8 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true",
                         help="a run of minutes: the sentiment texts once; 20,000 lines in parts of 512 for the RSS "
                         "check, and for workers and Ray")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"the measurements to make, comma-separated from {','.join(PARTS)} (default: all)")
     parser.add_argument("--output", type=Path, help="the JSON (default: benchmarks/results/predict/throughput[-small].json)")
     args = parser.parse_args(argv)
+    parts = set(args.parts.split(","))
+    if not parts <= set(PARTS):
+        parser.error(f"--parts: {', '.join(sorted(parts - set(PARTS)))} is not one of {', '.join(PARTS)}")
     if args.small:
         args.lines, args.rss_lines, args.rss_part_size = 8607, 20_000, 512
     args.rss_part_size = args.rss_part_size or args.part_size
@@ -166,58 +175,64 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="muxplm-predict-bench-") as scratch:
         scratch = Path(scratch)
         model = args.model or build_model(scratch / "model", args.layers)
-        source = write_lines(scratch / "in.jsonl", texts, args.lines)
+        source = write_lines(scratch / "in.jsonl", texts, args.lines) if "throughput" in parts else None
 
-        # Round robin, so that a drift of the machine's speed touches every measurement alike.
-        trials: dict[str, list[dict]] = {"predict": [], "forward_passes_alone": [], "bench_throughput": [],
-                                         "no_length_grouping": []}
-        for _ in range(args.repeats):
-            trials["predict"].append(predict(model, source, scratch / "out.jsonl", workers=1, threads=cpus))
-            passes = forward_only(model, [texts[i % len(texts)] for i in range(args.lines)], part_size=args.part_size,
-                                  threads=cpus)
-            trials["forward_passes_alone"].append(passes)
-            trials["bench_throughput"].append(bench_throughput(model, batch_size=passes["batch_size"], threads=cpus,
-                                                               seq_length=round(passes["mean_padded_length"])))
-            trials["no_length_grouping"].append(predict(model, source, scratch / "ungrouped.jsonl", workers=1,
-                                                        threads=cpus, group_by_length=False))
-        for name, runs in trials.items():
-            rate = "samples_per_s" if name == "bench_throughput" else "texts_per_s"
-            results[name] = dict(runs[0], **{rate: statistics.median(run[rate] for run in runs)},
-                                 trials=[run[rate] for run in runs])
-        results["predict_share_of_forward_passes"] = round(
-            results["predict"]["texts_per_s"] / results["forward_passes_alone"]["texts_per_s"], 3)
-        results["predict_share_of_bench_throughput"] = round(
-            results["predict"]["texts_per_s"] / results["bench_throughput"]["samples_per_s"], 3)
-        results["tokenizing_share_of_forward_time"] = round(
-            results["forward_passes_alone"]["texts_per_s"] / results["forward_passes_alone"]["tokenizing_texts_per_s"], 3)
-        results["length_grouping_speedup"] = round(
-            results["predict"]["texts_per_s"] / results["no_length_grouping"]["texts_per_s"], 3)
+        if "throughput" in parts:
+            # Round robin, so that a drift of the machine's speed touches every measurement alike.
+            trials: dict[str, list[dict]] = {"predict": [], "forward_passes_alone": [], "bench_throughput": [],
+                                             "no_length_grouping": []}
+            for _ in range(args.repeats):
+                trials["predict"].append(predict(model, source, scratch / "out.jsonl", workers=1, threads=cpus))
+                passes = forward_only(model, [texts[i % len(texts)] for i in range(args.lines)],
+                                      part_size=args.part_size, threads=cpus)
+                trials["forward_passes_alone"].append(passes)
+                trials["bench_throughput"].append(bench_throughput(model, batch_size=passes["batch_size"], threads=cpus,
+                                                                   seq_length=round(passes["mean_padded_length"])))
+                trials["no_length_grouping"].append(predict(model, source, scratch / "ungrouped.jsonl", workers=1,
+                                                            threads=cpus, group_by_length=False))
+            for name, runs in trials.items():
+                rate = "samples_per_s" if name == "bench_throughput" else "texts_per_s"
+                results[name] = dict(runs[0], **{rate: statistics.median(run[rate] for run in runs)},
+                                     trials=[run[rate] for run in runs])
+            results["predict_share_of_forward_passes"] = round(
+                results["predict"]["texts_per_s"] / results["forward_passes_alone"]["texts_per_s"], 3)
+            results["predict_share_of_bench_throughput"] = round(
+                results["predict"]["texts_per_s"] / results["bench_throughput"]["samples_per_s"], 3)
+            passes = results["forward_passes_alone"]
+            results["tokenizing_share_of_forward_time"] = round(
+                passes["texts_per_s"] / passes["tokenizing_texts_per_s"], 3)
+            results["length_grouping_speedup"] = round(
+                results["predict"]["texts_per_s"] / results["no_length_grouping"]["texts_per_s"], 3)
 
-        few = write_lines(scratch / "few.jsonl", texts, args.rss_lines // 10)
-        many = write_lines(scratch / "many.jsonl", texts, args.rss_lines)
-        results["rss"] = {"lines": [args.rss_lines // 10, args.rss_lines], "part_size": args.rss_part_size,
-                          "fewer": peak_rss_mb(model, few, scratch / "few.out.jsonl", cpus, args.rss_part_size),
-                          "more": peak_rss_mb(model, many, scratch / "many.out.jsonl", cpus, args.rss_part_size)}
-        results["rss"]["ratio"] = round(results["rss"]["more"]["peak_rss_mb"] / results["rss"]["fewer"]["peak_rss_mb"], 3)
+        many = write_lines(scratch / "many.jsonl", texts, args.rss_lines) if parts - {"throughput"} else None
+        if "rss" in parts:
+            few = write_lines(scratch / "few.jsonl", texts, args.rss_lines // 10)
+            results["rss"] = {"lines": [args.rss_lines // 10, args.rss_lines], "part_size": args.rss_part_size,
+                              "fewer": peak_rss_mb(model, few, scratch / "few.out.jsonl", cpus, args.rss_part_size),
+                              "more": peak_rss_mb(model, many, scratch / "many.out.jsonl", cpus, args.rss_part_size)}
+            rss = results["rss"]
+            rss["ratio"] = round(rss["more"]["peak_rss_mb"] / rss["fewer"]["peak_rss_mb"], 3)
 
         # On the larger file: worker processes and Ray actors pay seconds of start-up each.
         larger = dict(part_size=args.rss_part_size)
-        results["workers"] = {"lines": args.rss_lines, "part_size": args.rss_part_size,
-                              "1": predict(model, many, scratch / "one.jsonl", workers=1, threads=cpus, **larger),
-                              "2": predict(model, many, scratch / "two.jsonl", workers=2, threads=max(1, cpus // 2),
-                                           **larger)}
-        results["workers"]["2_over_1"] = round(results["workers"]["2"]["texts_per_s_with_start_up"]
-                                               / results["workers"]["1"]["texts_per_s_with_start_up"], 3)
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            results["ray"] = "not installed: pip install 'muxplm[ray]'"
-        else:
-            results["ray"] = {"lines": args.rss_lines, "part_size": args.rss_part_size,
-                              "2": predict_with_ray(model, many, scratch / "ray.jsonl", workers=2,
-                                                    threads=max(1, cpus // 2), **larger)}
-            results["ray"]["over_workers_2"] = round(results["ray"]["2"]["texts_per_s_with_start_up"]
-                                                     / results["workers"]["2"]["texts_per_s_with_start_up"], 3)
+        if "workers" in parts or "ray" in parts:
+            results["workers"] = {"lines": args.rss_lines, "part_size": args.rss_part_size,
+                                  "1": predict(model, many, scratch / "one.jsonl", workers=1, threads=cpus, **larger),
+                                  "2": predict(model, many, scratch / "two.jsonl", workers=2,
+                                               threads=max(1, cpus // 2), **larger)}
+            results["workers"]["2_over_1"] = round(results["workers"]["2"]["texts_per_s_with_start_up"]
+                                                   / results["workers"]["1"]["texts_per_s_with_start_up"], 3)
+        if "ray" in parts:
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                results["ray"] = "not installed: pip install 'muxplm[ray]'"
+            else:
+                results["ray"] = {"lines": args.rss_lines, "part_size": args.rss_part_size,
+                                  "2": predict_with_ray(model, many, scratch / "ray.jsonl", workers=2,
+                                                        threads=max(1, cpus // 2), **larger)}
+                results["ray"]["over_workers_2"] = round(results["ray"]["2"]["texts_per_s_with_start_up"]
+                                                         / results["workers"]["2"]["texts_per_s_with_start_up"], 3)
 
     report = {"environment": environment(), "load_average_before_after": [load_before[0], os.getloadavg()[0]],
               "command": " ".join(["python3", "benchmarks/predict_throughput.py", *(argv or sys.argv[1:])]),
@@ -225,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                            "layers, N=2, 2 labels", "texts": "built-in sentiment train texts, repeated",
                            "lines": args.lines, "rss_lines": args.rss_lines, "part_size": args.part_size,
                            "rss_part_size": args.rss_part_size, "repeats": args.repeats,
-                           "cpus": cpus},
+                           "cpus": cpus, "parts": sorted(parts)},
               "results": results}
     output = args.output or RESULTS / f"throughput{'-small' if args.small else ''}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
