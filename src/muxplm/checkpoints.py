@@ -50,7 +50,10 @@ def saved_config(name_or_path: str | Path, **hub) -> dict[str, Any] | None:
 
     path = str(name_or_path)
     config_file = Path(path) / "config.json"
-    if os.path.isdir(path) and not config_file.is_file() or not os.path.isdir(path) and not _HUB_NAME.match(path):
+    is_folder = os.path.isdir(path)
+    # A hub name: owner/model, or a legacy one-part name such as bert-base-uncased.
+    if (is_folder and not config_file.is_file()) or \
+            (not is_folder and not (_HUB_NAME.match(path) or re.fullmatch(r"[\w.-]+", path))):
         return None
     try:
         saved, _ = PretrainedConfig.get_config_dict(path, **hub)
