@@ -270,6 +270,8 @@ def test_time_checkpoints_takes_loaded_models_and_refuses_int8_off_the_cpu(check
                                batch_size=4, seq_length=8, batches=1, trials=1, warmup=0)
     assert list(results) == ["mine int8", "theirs int8", "bare int8"] and results["mine int8"]["checkpoint"] is None
     assert not list(bare.glob("tokenizer*")) and results["bare int8"]["samples_per_s"] > 0
+    fp32 = time_checkpoints({"mine": model}, batch_size=4, seq_length=8, batches=1, trials=1, warmup=0)["mine"]
+    assert 0 < results["mine int8"]["weights_bytes"] < fp32["weights_bytes"]  # the weights as run
     with pytest.raises(ValueError, match="runs on the CPU"):
         time_checkpoints({"mine": model}, quantize=("none", "int8"), device="cuda")
     with pytest.raises(ValueError, match="distinct"):

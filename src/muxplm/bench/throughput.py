@@ -30,6 +30,7 @@ when they multiply.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import math
 import os
 import platform
@@ -397,7 +398,8 @@ def time_checkpoints(
     against PyTorch, in ONNX Runtime with ``torch.get_num_threads()`` threads; int8: ONNX Runtime's
     dynamic quantisation of that graph; CPU and float32 only), labelled ``"<label> onnx"`` and
     ``"<label> onnx int8"``. Returns ``{label: {"model", "precision", "runtime", "checkpoint",
-    "samples_per_s", "std", "trials", "wall_samples_per_s", "cpu_samples_per_s", "speedup"}}``,
+    "samples_per_s", "std", "trials", "wall_samples_per_s", "cpu_samples_per_s", "speedup",
+    "weights_bytes"}}`` (the weights as run: :func:`weights_bytes`),
     models in the order given, each one's variants next to it; ``speedup`` is over the first
     entry. Raises ``ValueError`` naming a directory that does not hold a fine-tuned classifier."""
     import tempfile
@@ -446,6 +448,8 @@ def time_checkpoints(
                                            runtime=runtime, checkpoint=checkpoint)
             if "none" in quantize and "torch" in runtimes:
                 model.to(device=device, dtype=DTYPES[dtype])
+        for name, variant in variants.items():
+            described[name]["weights_bytes"] = weights_bytes(variant)
         measured = side_by_side(variants, batch_size=batch_size, seq_length=seq_length, batches=batches, trials=trials,
                                 device=device, clock=clock, warmup=warmup, seed=seed)
     first = measured[next(iter(variants))]["samples_per_s"]
@@ -453,6 +457,16 @@ def time_checkpoints(
                        wall_samples_per_s=m["wall_samples_per_s"], cpu_samples_per_s=m["cpu_samples_per_s"],
                        speedup=m["samples_per_s"] / first)
             for name, m in measured.items()}
+
+
+def weights_bytes(model) -> int:
+    """Bytes of a model's weights as run: its state as saved (int8 layers as their packed int8
+    weights), or the size of an ONNX Runtime model's graph file."""
+    if hasattr(model, "path"):  # OnnxRuntimeClassifier
+        return Path(model.path).stat().st_size
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    return buffer.tell()
 
 
 def format_checkpoint_table(results: Mapping[str, Mapping[str, Any]]) -> str:

@@ -24,14 +24,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.util
-import io
 import json
 import os
 import random
 import shlex
 import shutil
 import statistics
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -480,7 +478,8 @@ def best_cut(results: dict[str, dict[str, Any]], min_retention: float) -> int:
 
 def time_rows(run: FrontierRun, results: list[dict[str, Any]], log: Callable[[str], None]) -> dict[str, Any]:
     """Samples/s of every model in every precision, side by side in one round-robin run on
-    ``run.device`` (:func:`muxplm.timing.side_by_side`), at the validation data's padded length;
+    ``run.device`` by the throughput benchmark's own function
+    (:func:`muxplm.bench.throughput.time_checkpoints`), at the validation data's padded length;
     and the size of each one's weights as run. Kept in ``timing.json``: a re-run over the same models
     and settings reads it instead of timing again."""
     settings = dict(FRONTIER["timing"], seq_length=run.data.eval_length, device=run.device)
@@ -493,55 +492,26 @@ def time_rows(run: FrontierRun, results: list[dict[str, Any]], log: Callable[[st
     if cached and cached["settings"] == settings and list(cached["results"]) == list(labels):
         return cached
     start = time.monotonic()
-    import torch
-
-    from ..bench.throughput import environment
-    from ..quantization import quantize_dynamic_int8
-    from ..serving.onnx_export import OnnxRuntimeClassifier, export_graph
-    from ..timing import side_by_side
-    from ..training.models import classifier_class
+    from ..bench.throughput import environment, time_checkpoints
 
     expected = format_seconds(sum(result["estimate"]["timing"] for result in results))
     log(f"frontier: timing {len(labels)} models side by side on {run.device} (batch {settings['batch_size']} x "
         f"{settings['seq_length']} tokens, {settings['trials']} trials; estimated {expected})")
-    models, weights = {}, {}
-    with tempfile.TemporaryDirectory(prefix="muxplm-frontier-") as scratch, quiet_export():
-        loaded = {}
-        for label, (checkpoint, runtime, quantize) in labels.items():
-            if checkpoint not in loaded:
-                loaded[checkpoint] = classifier_class(checkpoint).from_pretrained(checkpoint).eval()
-            model = loaded[checkpoint]
-            if runtime == "onnx":
-                graph = export_graph(model, Path(scratch) / f"{len(models)}.onnx")["path"]
-                models[label] = OnnxRuntimeClassifier(graph, model.config, threads=torch.get_num_threads(),
-                                                      quantize=quantize)
-                weights[label] = Path(models[label].path).stat().st_size
-            elif quantize == "int8":
-                models[label] = quantize_dynamic_int8(model)
-                weights[label] = _state_bytes(models[label])
-            else:
-                models[label] = model
-                weights[label] = _state_bytes(model)
-        for label, (_, runtime, quantize) in labels.items():
-            if runtime == "torch" and quantize == "none":  # int8 copies and graphs came from the CPU model first
-                models[label].to(run.device)
-        measured = side_by_side(models, batch_size=settings["batch_size"], seq_length=settings["seq_length"],
-                                batches=settings["batches"], trials=settings["trials"], device=run.device,
-                                clock=settings["clock"], warmup=settings["warmup"])
+    # The benchmark's own function, with the variants of the `muxplm bench throughput` command that
+    # frontier.md prints (ONNX Runtime float32 too, timed but not a row), so that both time alike.
+    checkpoints = {label.split()[0]: checkpoint for label, (checkpoint, _, _) in labels.items()}
+    with quiet_export():
+        measured = time_checkpoints(checkpoints, quantize=("none", "int8") if run.int8 else ("none",),
+                                    runtimes=("torch", "onnx") if "onnx" in run.int8 else ("torch",),
+                                    batch_size=settings["batch_size"], seq_length=settings["seq_length"],
+                                    batches=settings["batches"], trials=settings["trials"],
+                                    warmup=settings["warmup"], clock=settings["clock"], device=run.device)
     timing = dict(settings=settings, environment=environment(run.device), seconds=time.monotonic() - start,
-                  results={label: dict(samples_per_s=m["samples_per_s"], std=m["std"], trials=m["trials"],
-                                       weights_bytes=weights[label]) for label, m in measured.items()})
+                  results={label: {key: measured[label][key] for key in ("samples_per_s", "std", "trials",
+                                                                         "weights_bytes")}
+                           for label in labels})
     write_json_atomic(run.output_dir / "timing.json", timing)
     return timing
-
-
-def _state_bytes(model) -> int:
-    """Bytes of a model's weights as saved (int8 layers as their packed int8 weights)."""
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
-    return buffer.tell()
 
 
 def _row_name(candidate: str, runtime: str, quantize: str) -> str:
@@ -601,7 +571,7 @@ def benchmark_command(rows: list[dict[str, Any]], int8: Sequence[str], settings:
     words += ["--quantize", "none,int8" if int8 else "none", "--runtime", "torch,onnx" if "onnx" in int8 else "torch",
               "--batch-size", str(settings["batch_size"]), "--seq-len", str(settings["seq_length"]),
               "--batches", str(settings["batches"]), "--trials", str(settings["trials"]),
-              "--device", settings["device"]]
+              "--warmup", str(settings["warmup"]), "--device", settings["device"]]
     return shlex.join(words)
 
 

@@ -420,7 +420,7 @@ FRONTIER: dict[str, Any] = dict(
     epochs=CONVERT_GRID["epochs"], epochs_cap=CONVERT_GRID["epochs_cap"],
     scales=(1.0, 0.5, 0.25, 0.125, 0.0625), min_train_examples=64, min_priming_steps=20,
     seeds=5, eval_batch_size=64,
-    timing=dict(batch_size=128, batches=5, trials=3, warmup=2, clock="wall"),
+    timing=dict(batch_size=128, batches=5, trials=3, warmup=3, clock="wall"),
 )
 
 
