@@ -63,8 +63,8 @@ def main(argv=None) -> int:
             entry["bench_again"] = round(again[key]["speedup"], 3)
             entry["bench_over_again"] = round(timed["speedup"] / again[key]["speedup"], 3)
         compared.append(entry)
-    at_bench_speed = [dict(row, speedup=next(c["bench"] for c in compared if c["name"] == row["name"]))
-                      for row in table["rows"] if any(c["name"] == row["name"] for c in compared)]
+    bench_speed = {c["name"]: c["bench"] for c in compared}
+    at_bench_speed = [dict(row, speedup=bench_speed[row["name"]]) for row in table["rows"] if row["name"] in bench_speed]
     report = {"machine": platform.processor() or platform.machine(), "date": date.today().isoformat(),
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                                        text=True).stdout.strip(),

@@ -483,13 +483,14 @@ def time_rows(run: FrontierRun, results: list[dict[str, Any]], log: Callable[[st
     and the size of each one's weights as run. Kept in ``timing.json``: a re-run over the same models
     and settings reads it instead of timing again."""
     settings = dict(FRONTIER["timing"], seq_length=run.data.eval_length, device=run.device)
-    labels = {}
+    labels, checkpoints = [], {}  # the rows' names; each candidate's checkpoint
     for result in results:
         for key, runtime, quantize in [FP32, *(INT8[runtime] for runtime in run.int8)]:
             if key in result["scores"]:
-                labels[_row_name(result["name"], runtime, quantize)] = (result["checkpoint"], runtime, quantize)
+                labels.append(_row_name(result["name"], runtime, quantize))
+                checkpoints[result["name"]] = result["checkpoint"]
     cached = read_json(run.output_dir / "timing.json")
-    if cached and cached["settings"] == settings and list(cached["results"]) == list(labels):
+    if cached and cached["settings"] == settings and list(cached["results"]) == labels:
         return cached
     start = time.monotonic()
     from ..bench.throughput import environment, time_checkpoints
@@ -499,7 +500,6 @@ def time_rows(run: FrontierRun, results: list[dict[str, Any]], log: Callable[[st
         f"{settings['seq_length']} tokens, {settings['trials']} trials; estimated {expected})")
     # The benchmark's own function, with the variants of the `muxplm bench throughput` command that
     # frontier.md prints (ONNX Runtime float32 too, timed but not a row), so that both time alike.
-    checkpoints = {label.split()[0]: checkpoint for label, (checkpoint, _, _) in labels.items()}
     with quiet_export():
         measured = time_checkpoints(checkpoints, quantize=("none", "int8") if run.int8 else ("none",),
                                     runtimes=("torch", "onnx") if "onnx" in run.int8 else ("torch",),
