@@ -11,6 +11,15 @@ import torch
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def default_device(backend: str = "torch", quantize: str | None = "none") -> str:
+    """Where a command runs a model when ``--device`` is not given: the GPU when there is one and
+    the runtime can use it, else the CPU. ONNX Runtime and int8 dynamic quantisation run on the
+    CPU here, so they keep it."""
+    if backend != "torch" or (quantize or "none") != "none":
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tuple[torch.device, torch.dtype]:
     """The device and dtype to run on, or a ``ValueError`` that says why not."""
     try:

@@ -231,6 +231,18 @@ def test_worker_threads_never_oversubscribe(monkeypatch):
         plan_workers(3, 3)
 
 
+def test_on_gpus_a_worker_per_gpu_by_default(monkeypatch):
+    import torch
+
+    from muxplm.predict import run
+
+    monkeypatch.setattr(run, "available_cpus", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert plan_workers(None, None, "cuda") == (2, 4, ["cuda:0", "cuda:1"])
+    assert plan_workers(3, None, "cuda") == (3, 2, ["cuda:0", "cuda:1", "cuda:0"])
+    assert plan_workers(None, None, "cuda:1") == (1, None, ["cuda:1"])  # the GPU asked for, alone
+
+
 def test_two_workers_write_what_one_process_writes(classifier_dir, tmp_path):
     texts = make_texts(90, seed=11)
     write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)] + [{"id": 90, "text": ""}])

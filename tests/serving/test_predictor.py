@@ -167,6 +167,45 @@ def test_device_and_dtype_are_honoured_or_refused_clearly(sentence_dir, monkeypa
         resolve_device("cpu", "float16")  # not pointed at the bfloat16 it would refuse next
 
 
+def test_without_a_device_a_command_takes_the_gpu_its_runtime_can_use(monkeypatch, tmp_path):
+    from muxplm import devices
+    from muxplm.cli import main
+    from muxplm.predict import run
+    from muxplm.serving import server
+    from muxplm.training import evaluate
+
+    class Loaded(Exception):
+        pass
+
+    placed = {}
+
+    def where(command):
+        def load(*args, device=None, **kwargs):
+            placed[command] = device
+            raise Loaded
+
+        return load
+
+    monkeypatch.setattr(server, "serve", where("serve"))
+    monkeypatch.setattr(evaluate, "evaluate_checkpoint", where("evaluate"))
+    monkeypatch.setattr(run, "load_labeller", where("predict"))  # after the workers are planned on the device
+    (tmp_path / "in.jsonl").write_text('{"text": "a text"}\n')
+    commands = {"serve": ["serve", "ckpt"], "evaluate": ["evaluate", "ckpt", "--task", "sentiment"],
+                "predict": ["predict", "ckpt", "--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "o.jsonl")]}
+    runtime_flag = {"serve": "--backend", "evaluate": "--runtime", "predict": "--backend"}
+    for gpu, expected in ((True, "cuda"), (False, "cpu")):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: int(gpu))
+        for command, argv in commands.items():
+            for extra, device in (([], expected), (["--quantize", "int8"], "cpu"), ([runtime_flag[command], "onnx"], "cpu"),
+                                  (["--device", "cpu"], "cpu")):
+                placed.clear()
+                with pytest.raises(Loaded):
+                    main(argv + extra)
+                assert placed == {command: device}, (command, extra)
+    assert devices.default_device() == "cpu"  # this machine
+
+
 def test_a_lone_request_shares_its_group_with_recent_traffic(sentence_dir):
     predictor = Predictor.from_pretrained(sentence_dir)  # N = 5
     earlier = ["the first request", "a second one", "and a third"]

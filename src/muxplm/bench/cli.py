@@ -25,9 +25,9 @@ def _csv(kind=str):
 
 
 def _default_device() -> str:
-    import torch
+    from ..devices import default_device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return default_device()
 
 
 def add_command(subparsers, name: str, help: str) -> None:

@@ -126,13 +126,6 @@ def read_task(plain_dir: Path, *, task: str | None, train_file: str | None, vali
                     eval_length=padded_length(eval_lengths, eval_batch_size))
 
 
-def default_device() -> str:
-    """Where models are scored and timed: the GPU when there is one, as the other commands do."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def int8_runtimes(requested: Sequence[str], device: str, log: Callable[[str], None]) -> tuple[str, ...]:
     """The int8 variants this run can score and time: PyTorch's dynamic quantisation and ONNX
     Runtime's run on the CPU only, and ONNX Runtime where it is installed."""
@@ -676,7 +669,7 @@ def run_frontier(
     from transformers import AutoConfig
 
     from ..checkpoints import local_folder
-    from ..devices import resolve_device
+    from ..devices import default_device, resolve_device
     from ..families import family_of_plain_type
 
     files = (train_file is not None, validation_file is not None)

@@ -147,7 +147,8 @@ def predict_with_ray(model, inputs, output: str, *, columns: Columns = Columns()
     with ``input_format``), into
     the folder ``output`` (JSONL or Parquet files, by its extension) and its bad rows into
     ``OUTPUT_STEM.errors.jsonl/``. Rows keep their input order; ``--id-column`` identifies them
-    (Ray Data numbers no rows). Returns the run's counts."""
+    (Ray Data numbers no rows). ``loading``: the predictor's settings, as :func:`muxplm.predict.predict_files`
+    takes them; with no ``device``, the actors run on GPUs when the cluster has any. Returns the run's counts."""
     import pyarrow.compute as pc
 
     ray = _import_ray()
@@ -169,6 +170,11 @@ def predict_with_ray(model, inputs, output: str, *, columns: Columns = Columns()
             shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     if os.path.isdir(str(model)):
         model = os.path.abspath(model)  # as the actors will find it
+    # No --device: the actors' GPUs when the cluster has any (the driver may have none) and the
+    # runtime can use them; ONNX Runtime and int8 run on CPUs.
+    on_gpus_if_any = loading.get("device") is None
+    if on_gpus_if_any and (loading.get("backend", "torch") != "torch" or (loading.get("quantize") or "none") != "none"):
+        loading["device"], on_gpus_if_any = "cpu", False
     if loading.get("backend") == "onnx":
         from ..serving.predictor import load_predictor
 
@@ -184,6 +190,8 @@ def predict_with_ray(model, inputs, output: str, *, columns: Columns = Columns()
     try:
         context = ray.data.DataContext.get_current()
         context.execution_options.preserve_order = True  # output rows in input order
+        if on_gpus_if_any:
+            loading["device"] = "cuda" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
         gpus = 1 if str(loading.get("device", "cpu")).startswith("cuda") else None
         cpus = threads or 1
         if workers is None:

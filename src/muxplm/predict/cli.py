@@ -54,13 +54,15 @@ def add_command(subparsers, name: str, help: str) -> None:
                           "(default: 8192)")
     running = parser.add_argument_group("how it runs")
     running.add_argument("--workers", type=limits.positive_int, default=None, metavar="N",
-                         help="processes, each with its own model (default: 1 on a CPU, one per GPU with --device "
-                         "cuda); with --ray, Ray actors")
+                         help="processes, each with its own model (default: one per GPU on cuda, else 1); with "
+                         "--ray, Ray actors (default: one per GPU, else as many as the cluster's CPUs allow)")
     running.add_argument("--threads", type=limits.positive_int, default=None, metavar="N",
                          help="torch threads per worker (default: the CPUs split between the workers)")
     running.add_argument("--backend", choices=RUNTIMES, default="torch",
                          help="onnx: export the model and run it with ONNX Runtime")
-    running.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K (torch backend)")
+    running.add_argument("--device", default=None,
+                         help="cpu, cuda or cuda:K (default: cuda when there is a GPU, except with --backend onnx or "
+                         "--quantize int8, which run on the CPU)")
     running.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
                          help="weights and activations (float16: CUDA only)")
     running.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",

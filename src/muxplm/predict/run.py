@@ -27,6 +27,7 @@ from concurrent.futures import (
 from dataclasses import asdict
 from pathlib import Path
 
+from ..devices import default_device
 from ..progress import progress_bar
 from .labelling import LabelSettings, PartLabeller, load_labeller
 from .outputs import PartFiles, output_format
@@ -80,7 +81,7 @@ def predict_files(
     workers: int | None = None,
     threads: int | None = None,
     backend: str = "torch",
-    device: str = "cpu",
+    device: str | None = None,
     dtype: str = "float32",
     quantize: str = "none",
     compile: str = "none",
@@ -93,12 +94,14 @@ def predict_files(
     of ``input_format`` or as their extensions say) with the checkpoint ``model`` into ``output``
     (``.jsonl`` or ``.parquet``); bad rows are listed in ``OUTPUT_STEM.errors.jsonl``. An interrupted
     run of the same inputs and settings resumes where it stopped. ``backend`` ... ``batch_size``:
-    the predictor (:func:`muxplm.serving.load_predictor`). Returns the run's counts and rate."""
+    the predictor (:func:`muxplm.serving.load_predictor`; ``device`` ``None``: the GPU when there is one
+    and the backend can use it). Returns the run's counts and rate."""
     started = time.perf_counter()
     sources = find_sources(list(inputs), input_format)
     check_columns(sources, columns)
     parts = PartFiles(output, output_format(output))
     parts.check(overwrite=overwrite)
+    device = device or default_device(backend, quantize)
     workers, threads, devices = plan_workers(workers, threads, device)
     loading = dict(backend=backend, device=device, dtype=dtype, quantize=quantize, compile=compile,
                    max_length=max_length, batch_size=batch_size)

@@ -56,7 +56,9 @@ def _add_serve(subparsers, name: str, help: str) -> None:
                        help="torch intra-op threads (1 up to this machine's CPUs)")
     serve.add_argument("--backend", choices=("torch", "onnx"), default="torch",
                        help="onnx: export the model and run it with ONNX Runtime")
-    serve.add_argument("--device", type=limits.serve_device, default="cpu", help="cpu, cuda or cuda:K (torch backend)")
+    serve.add_argument("--device", type=limits.serve_device, default=None,
+                       help="cpu, cuda or cuda:K (default: cuda when there is a GPU, except with --backend onnx or "
+                       "--quantize int8, which run on the CPU)")
     serve.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"),
                        help="weights and activations (float16: CUDA only)")
     serve.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
@@ -134,12 +136,14 @@ def _bench_arguments(parser) -> None:
 
 
 def _serve(args) -> int:
+    from ..devices import default_device
     from .server import serve
 
     serve(args.model_dir, host=args.host, port=args.port, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
           max_queue=args.max_queue, max_length=args.max_length, fill_slots=args.fill_slots, companions=args.companions,
           threads=args.threads,
-          backend=args.backend, log_level=args.log_level, device=args.device, dtype=args.dtype, quantize=args.quantize,
+          backend=args.backend, log_level=args.log_level, device=args.device or default_device(args.backend, args.quantize),
+          dtype=args.dtype, quantize=args.quantize,
           compile=args.compile,
           companion_texts=args.companion_texts, isolate_tenants=args.isolate_tenants, deterministic=args.deterministic,
           share_groups=args.share_groups,

@@ -215,7 +215,8 @@ def _add_evaluate(subparsers, name: str, help: str) -> None:
     evaluate.add_argument("--max-examples", type=int, metavar="N",
                           help="score only a fixed subset of this many examples")
     evaluate.add_argument("--cache-dir", metavar="DIR", help="data cache (default: $MUXPLM_CACHE or the user cache)")
-    evaluate.add_argument("--device", help="cpu (default), cuda or cuda:K")
+    evaluate.add_argument("--device", help="cpu, cuda or cuda:K (default: cuda when there is a GPU, except with "
+                          "--runtime onnx or --quantize int8, which run on the CPU)")
     evaluate.add_argument("--quantize", choices=QUANTIZE_CHOICES, default="none",
                           help="int8: score the int8 dynamically quantised model (CPU only)")
     evaluate.add_argument("--runtime", choices=RUNTIMES, default="torch",
@@ -346,6 +347,7 @@ def _fetch(args) -> int:
 def _evaluate(args) -> int:
     from rich.console import Console
 
+    from ..devices import default_device
     from .evaluate import evaluate_checkpoint, results_table
 
     output = args.output or str(Path(args.checkpoint) / "eval_results.json")
@@ -353,7 +355,8 @@ def _evaluate(args) -> int:
         args.checkpoint, args.task, seeds=args.seeds, ensemble=args.ensemble, batch_size=args.batch_size,
         max_length=args.max_length, split=args.split, validation_file=args.validation_file,
         task_kind=args.task_kind, max_examples=args.max_examples, cache_dir=args.cache_dir, output_file=output,
-        device=args.device, quantize=args.quantize, runtime=args.runtime,
+        device=args.device or default_device(args.runtime, args.quantize), quantize=args.quantize,
+        runtime=args.runtime,
     )
     Console().print(results_table(result))
     print(f"results written to {output}")
