@@ -3,6 +3,7 @@ the command line, and a killed run that resumes without training again what it f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import string
@@ -38,6 +39,12 @@ def test_the_command_refuses_a_bad_budget_and_a_task_with_files():
     assert bad.returncode == 2 and "90s, 15m, 1h" in bad.stderr
     both = run_cli("frontier", "model", "--task", "sentiment", "--train-file", "a.csv", "--validation-file", "b.csv")
     assert both.returncode == 2 and "not both" in both.stderr
+    half = run_cli("frontier", "model", "--train-file", "a.csv")
+    assert half.returncode == 2 and "missing: give --validation-file" in half.stderr
+    for flags, named in ((["--max-train-examples", "0"], "--max-train-examples"), (["--threads", "-1"], "--threads"),
+                         (["--int8", "none,torch"], "none means no int8 copies")):
+        refused = run_cli("frontier", "model", "--task", "sentiment", *flags)
+        assert refused.returncode == 2 and named in refused.stderr and "Traceback" not in refused.stderr, flags
 
 
 # --------------------------------------------------------------------------- the plan
@@ -104,6 +111,18 @@ def test_a_small_budget_drops_optional_candidates_first_then_scales_the_minimum_
     assert tiny.candidates[0].train_examples == 188 and {c.priming_steps for c in tiny.candidates} == {0, 20}
 
 
+def test_the_timing_is_priced_for_every_variant_the_benchmark_times():
+    """ONNX Runtime's float32 graph is timed beside the rows, and PyTorch int8 beside ONNX Runtime
+    int8 alone: the estimate counts them (fp32 and int8 in each runtime)."""
+    plain = next(c for c in candidates(6) if c.name == "plain")
+    timing = {int8: estimate(plain, TIMES, dataclasses.replace(WORKLOAD, int8=int8))["timing"]
+              for int8 in ((), ("torch",), ("onnx",), ("torch", "onnx"))}
+    fp32 = timing[()]
+    assert timing[("torch",)] == pytest.approx(fp32 * (1 + 1 / 1.5))
+    export = timing[("onnx",)] - 2 * fp32 * (1 + 1 / 1.5)
+    assert export > 0 and timing[("torch", "onnx")] == pytest.approx(timing[("onnx",)])
+
+
 def test_a_stacked_candidate_waits_for_the_cuts_and_the_plain_model_however_cheap():
     plan = size_plan(candidates(6), TIMES, WORKLOAD, budget=10**6).candidates
     stacked = next(c for c in plan if c.name == "cut-n2")
@@ -111,6 +130,15 @@ def test_a_stacked_candidate_waits_for_the_cuts_and_the_plain_model_however_chea
     names = [c.name for c in cheapest_first(plan)]
     assert names.index("cut-n2") == 1 + max(names.index(n) for n in ("plain", "cut1", "cut2", "cut3", "cut4"))
     assert estimate(stacked, TIMES, WORKLOAD, deepest_cut=4)["total"] > 0
+
+
+def test_the_report_names_a_stacked_candidate_as_it_was_built():
+    from muxplm.frontier.run import built_names
+
+    plan = size_plan(candidates(6), TIMES, WORKLOAD, budget=10**6)
+    rows = [dict(kind="stacked", num_instances=2, candidate="cut3-n2"), dict(kind="cut", num_instances=1, candidate="cut3")]
+    names = built_names(plan, rows)
+    assert "cut3-n2" in names and "cut-n2" not in names and "cut-n5" in names  # never built: as planned
 
 
 # --------------------------------------------------------------------------- the recommendation
@@ -133,6 +161,15 @@ def test_the_fastest_model_that_keeps_enough_and_that_nothing_dominates_is_recom
     table = markdown_table(rows, "n2")
     assert "| n2 | 87.6 ± 0.0 | 97.3 % |" in table and "| cut2 | 87.4 | 97.1 % | - | 3.00x" in table
     assert "recommended |" in table and "no: n2 |" in table
+
+
+def test_a_retention_is_never_shown_on_the_wrong_side_of_the_threshold():
+    from muxplm.frontier.pareto import retention_label
+
+    assert retention_label(0.9697, 0.97) == "96.97 %" and retention_label(0.9697) == "97.0 %"
+    assert retention_label(0.971, 0.97) == "97.1 %" and retention_label(0.96996, 0.97) == "96.996 %"
+    rows = [_row("plain", 1.0, 90.0), _row("cut3", 3.9, 0.9697 * 90)]
+    assert "| 96.97 % |" in markdown_table(rows, "plain", min_retention=0.97)
 
 
 def test_a_dominated_row_is_never_recommended():
@@ -276,11 +313,43 @@ def test_a_killed_run_resumes_without_training_again_and_ends_with_the_same_tabl
     table = (out / "frontier.md").read_text()
     monkeypatch.setattr(frontier_run.FrontierRun, "_finetune", lambda *args: pytest.fail("trained again"))
     monkeypatch.setattr(frontier_run.FrontierRun, "_convert", lambda *args: pytest.fail("converted again"))
-    monkeypatch.setattr("muxplm.timing.side_by_side", lambda *args, **kwargs: pytest.fail("timed again"))
+    monkeypatch.setattr("muxplm.bench.throughput.time_checkpoints", lambda *args, **kwargs: pytest.fail("timed again"))
     again = frontier_run.run_frontier(tiny / "plain", out, **settings)
     assert (out / "frontier.md").read_text() == table and again["rows"] == resumed["rows"]
     with pytest.raises(ValueError, match="other settings"):
         frontier_run.run_frontier(tiny / "plain", out, **{**settings, "min_retention": 0.9})
+
+
+def test_a_plain_model_that_learned_nothing_stops_the_run_before_the_rest_is_built(tiny, monkeypatch):
+    from muxplm.frontier import run as frontier_run
+
+    built = []
+
+    def build(self, candidate):  # every candidate scored without training; the plain model at 0
+        built.append(candidate.name)
+        return dict(name=candidate.name, kind=candidate.kind, num_layers=candidate.num_layers,
+                    checkpoint=str(tiny / "nothing" / candidate.name), estimate=candidate.estimate,
+                    seconds=dict(priming=0.0, finetune=0.0, evaluation=0.0),
+                    scores={"fp32": dict(accuracy=0.0 if candidate.kind == "plain" else 40.0, metric="matthews")})
+
+    monkeypatch.setattr(frontier_run.FrontierRun, "build", build)
+    with pytest.raises(ValueError, match=r"plain model scores 0\.0 \(matthews\).*nothing/plain"):
+        frontier_run.run_frontier(tiny / "plain", tiny / "nothing", train_file=tiny / "train.csv",
+                                  validation_file=tiny / "dev.csv", budget="1s", int8=(), **FAST_API)
+    assert "plain" in built and "n2" not in built  # the conversion, the dearest, is never started
+
+
+def test_inference_passes_are_timed_where_models_are_scored(tiny, monkeypatch):
+    """Training steps on the training device, the passes that price scoring and timing on --device."""
+    from muxplm.frontier import run as frontier_run
+
+    data = frontier_run.read_task(tiny / "plain", task=None, train_file=str(tiny / "train.csv"),
+                                  validation_file=str(tiny / "dev.csv"), task_kind=None, max_train_examples=None,
+                                  max_eval_examples=None, eval_batch_size=64)
+    timed_on = []
+    monkeypatch.setattr(frontier_run, "_seconds", lambda run, repeats, device, warmup=2: timed_on.append(device) or 0.1)
+    frontier_run.measure_step_times(tiny / "plain", data, "cpu", eval_device="meta")
+    assert timed_on == ["cpu", "meta", "cpu", "meta"]  # a step and a pass at each of two depths
 
 
 def test_the_printed_commands_rebuild_a_candidate_that_evaluate_scores_alike(tiny, uninterrupted):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..serving.limits import positive_int
 from .plan import format_seconds, parse_budget
 
 DESCRIPTION = (
@@ -50,6 +51,8 @@ def _int8(text: str) -> list[str]:
     chosen = [item.strip() for item in text.split(",") if item.strip()]
     if chosen == ["none"]:
         return []
+    if "none" in chosen:
+        raise argparse.ArgumentTypeError(f"none means no int8 copies: give it alone, not with {text!r}")
     unknown = set(chosen) - {"torch", "onnx"}
     if unknown:
         unknown = ", ".join(sorted(unknown))
@@ -85,9 +88,9 @@ def add_command(subparsers, name: str, help: str) -> None:
                                                      "glue/sst2, ...)")
     data.add_argument("--task-kind", choices=("sentence", "token"),
                       help="kind of the --train-file data (default: by file extension)")
-    data.add_argument("--max-train-examples", type=int, metavar="N",
+    data.add_argument("--max-train-examples", type=positive_int, metavar="N",
                       help="train every candidate on at most this many examples (default: all)")
-    data.add_argument("--max-eval-examples", type=int, metavar="N",
+    data.add_argument("--max-eval-examples", type=positive_int, metavar="N",
                       help="score every candidate on at most this many validation examples (default: all)")
     plan = parser.add_argument_group("plan")
     plan.add_argument("--budget", type=_budget, default=3600.0, metavar="DURATION",
@@ -103,7 +106,7 @@ def add_command(subparsers, name: str, help: str) -> None:
     plan.add_argument("--int8", type=_int8, default=["torch", "onnx"], metavar="RUNTIMES",
                       help="int8 copies of every candidate to score and time: torch, onnx, both (default) or none "
                            "(CPU only; onnx where onnxruntime is installed)")
-    plan.add_argument("--seeds", type=int, default=5, metavar="N",
+    plan.add_argument("--seeds", type=positive_int, default=5, metavar="N",
                       help="composition seeds each multiplexed model is scored over (default: 5)")
     plan.add_argument("--finetune-setting", dest="finetune_settings", type=_setting, action="append", default=[],
                       metavar="KEY=VALUE",
@@ -118,7 +121,7 @@ def add_command(subparsers, name: str, help: str) -> None:
                      help="where the candidates, the table and the plot go (default: runs/frontier)")
     run.add_argument("--device", help="where models are scored and timed: cpu or cuda (default: cuda when there is "
                                       "one); training runs where `muxplm finetune` does")
-    run.add_argument("--threads", type=int, metavar="N", help="torch CPU threads (default: torch's choice)")
+    run.add_argument("--threads", type=positive_int, metavar="N", help="torch CPU threads (default: torch's choice)")
     run.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(func=_run)
 

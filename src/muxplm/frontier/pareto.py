@@ -50,7 +50,18 @@ def _steps(row: dict[str, Any]) -> str:
     return f"{steps} + {row['priming_steps']} priming" if row.get("priming_steps") else steps
 
 
-def markdown_table(rows: list[dict[str, Any]], recommended: str | None = None) -> str:
+def retention_label(retention: float, min_retention: float | None = None) -> str:
+    """A retention as a percentage to one decimal, or to more where one would round it across
+    ``min_retention`` (96.97 % is not shown as the 97.0 % it misses)."""
+    for digits in range(1, 5):
+        shown = f"{100 * retention:.{digits}f}"
+        if min_retention is None or (float(shown) >= 100 * min_retention) == (retention >= min_retention):
+            break
+    return f"{shown} %"
+
+
+def markdown_table(rows: list[dict[str, Any]], recommended: str | None = None,
+                   min_retention: float | None = None) -> str:
     """The table of every row, fastest first: accuracy (± its standard deviation over composition
     seeds), retention, churn, speed-up, weights, shape, precision and the training it had; the
     last column says whether the row is on the frontier, or which rows dominate it."""
@@ -64,7 +75,7 @@ def markdown_table(rows: list[dict[str, Any]], recommended: str | None = None) -
         verdict = "yes" if not beaten else "no: " + ", ".join(beaten[:3]) + (", ..." if len(beaten) > 3 else "")
         if row["name"] == recommended:
             verdict = "recommended"
-        cells = [row["name"], f"{row['accuracy']:.1f}{spread}", f"{100 * row['retention']:.1f} %", churn,
+        cells = [row["name"], f"{row['accuracy']:.1f}{spread}", retention_label(row["retention"], min_retention), churn,
                  f"{row['speedup']:.2f}x", f"{row['weights_mb']:.1f} MB", str(row["num_layers"]),
                  str(row["num_instances"]), precision_label(row), str(row.get("train_examples", "-")), _steps(row),
                  verdict]

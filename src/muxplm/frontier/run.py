@@ -38,7 +38,7 @@ from typing import Any
 
 from ..progress import progress_bar
 from ..training.recipes import FRONTIER
-from .pareto import dominating, markdown_table, plot_frontier, recommend
+from .pareto import dominating, markdown_table, plot_frontier, recommend, retention_label
 from .plan import (PRIMING_GROUPS, Candidate, Plan, StepTimes, Workload, candidates, estimate, finetune_epochs,
                    format_seconds, parse_budget, plan_table, size_plan, unmuxed_layers)
 
@@ -143,10 +143,11 @@ def int8_runtimes(requested: Sequence[str], device: str, log: Callable[[str], No
 
 
 def measure_step_times(plain_dir: Path, data: TaskData, device: str,
-                       batch_size: int = FRONTIER["finetune"]["batch_size"], steps: int = 5) -> StepTimes:
-    """Seconds of a fine-tuning step (``batch_size`` examples) and of an evaluation pass of the plain
-    encoder and of its first layer alone, with random weights of its shape on ``device`` (the median
-    of ``steps``, after two untimed ones)."""
+                       batch_size: int = FRONTIER["finetune"]["batch_size"], steps: int = 5,
+                       eval_device: str | None = None) -> StepTimes:
+    """Seconds of a fine-tuning step (``batch_size`` examples) on ``device`` and of an evaluation pass
+    on ``eval_device`` (default: ``device``) of the plain encoder and of its first layer alone, with
+    random weights of its shape (the median of ``steps``, after two untimed ones)."""
     import torch
     from transformers import AutoConfig
 
@@ -156,7 +157,8 @@ def measure_step_times(plain_dir: Path, data: TaskData, device: str,
     plain = AutoConfig.from_pretrained(plain_dir)
     model_class = family_of_plain_type(plain.model_type, str(plain_dir)).models[data.kind]
     train_inputs = random_inputs(batch_size, data.train_length, device, vocab_size=plain.vocab_size)
-    eval_inputs = random_inputs(FRONTIER["eval_batch_size"], data.eval_length, device, vocab_size=plain.vocab_size)
+    eval_device = eval_device or device
+    eval_inputs = random_inputs(FRONTIER["eval_batch_size"], data.eval_length, eval_device, vocab_size=plain.vocab_size)
     classes = max(data.num_labels, 2)  # a regression head times as a two-class one
     labels_shape = (batch_size,) if data.kind == "sentence" else (batch_size, data.train_length)
     labels = torch.randint(0, classes, labels_shape, device=device)
@@ -166,13 +168,14 @@ def measure_step_times(plain_dir: Path, data: TaskData, device: str,
         config = model_class.config_from_encoder(plain, depth, plain_dir, num_instances=1, num_labels=classes,
                                                  mux_type="identity", demux_type="identity")
         model = model_class(config).to(device)
-        train[depth], forward[depth] = _time_model(model, train_inputs, labels, eval_inputs, steps, device)
+        train[depth] = _train_seconds(model, train_inputs, labels, steps, device)
+        forward[depth] = _forward_seconds(model.to(eval_device), eval_inputs, steps, eval_device)
     return StepTimes.from_depths(train, forward, batch_size=batch_size, train_length=data.train_length,
                                  eval_batch_size=FRONTIER["eval_batch_size"], eval_length=data.eval_length)
 
 
-def _time_model(model, train_inputs: dict, labels, eval_inputs: dict, steps: int, device: str) -> tuple[float, float]:
-    """Seconds of a training step (cross-entropy, AdamW) and of an inference pass of ``model``."""
+def _train_seconds(model, train_inputs: dict, labels, steps: int, device: str) -> float:
+    """Seconds of a training step (cross-entropy, AdamW) of ``model``."""
     import torch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -184,11 +187,16 @@ def _time_model(model, train_inputs: dict, labels, eval_inputs: dict, steps: int
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    train = _seconds(step, steps, device)
+    return _seconds(step, steps, device)
+
+
+def _forward_seconds(model, eval_inputs: dict, steps: int, device: str) -> float:
+    """Seconds of an inference pass of ``model``."""
+    import torch
+
     model.eval()
     with torch.inference_mode():
-        forward = _seconds(lambda: model(**eval_inputs), steps, device)
-    return train, forward
+        return _seconds(lambda: model(**eval_inputs), steps, device)
 
 
 @contextlib.contextmanager
@@ -454,6 +462,17 @@ def corrected(candidate: Candidate, ratios: dict[str, float]) -> float:
     return sum(candidate.estimate[phase] * ratio for phase, ratio in ratios.items()) + candidate.estimate["timing"]
 
 
+def check_plain_score(plain: dict[str, Any]) -> None:
+    """Every retention is a share of the plain model's score: a score of zero or below (a Matthews
+    or Pearson correlation of a model that learned nothing) leaves nothing to keep a share of, so
+    the run stops there instead of building the rest."""
+    score = plain["scores"]["fp32"]
+    if score["accuracy"] <= 0:
+        raise ValueError(f"the fine-tuned plain model scores {score['accuracy']:.1f} ({score['metric']}) on the "
+                         f"validation data, so no candidate can keep a share of it; train it longer "
+                         f"(--finetune-setting num_epochs=...) or check the data. Its checkpoint: {plain['checkpoint']}")
+
+
 def best_cut(results: dict[str, dict[str, Any]], min_retention: float) -> int:
     """The cut a stacked conversion starts from: the fastest (fewest layers) cut whose fp32 score keeps
     ``min_retention`` of the plain model's, else the most accurate cut."""
@@ -546,9 +565,16 @@ def build_rows(results: list[dict[str, Any]], timing: dict[str, Any] | None) -> 
     return rows
 
 
+def built_names(plan: Plan, rows: list[dict[str, Any]]) -> list[str]:
+    """The plan's candidates by the names they were built under: a conversion of the best cut is
+    planned as ``cut-nN`` and built as ``cutK-nN`` once the cuts are scored."""
+    stacked = {row["num_instances"]: row["candidate"] for row in rows if row["kind"] == "stacked"}
+    return [stacked.get(c.num_instances, c.name) if c.kind == "stacked" else c.name for c in plan.candidates]
+
+
 def recommendation_line(row: dict[str, Any], min_retention: float) -> str:
     """The one-line answer: what to ship, how fast and accurate it is, where it is, how to rebuild it."""
-    kept = f"{100 * row['retention']:.1f} % of the plain model's {row['metric']}"
+    kept = f"{retention_label(row['retention'], min_retention)} of the plain model's {row['metric']}"
     head = "Recommended" if row["retention"] >= min_retention else \
         f"No model keeps {100 * min_retention:g} %; keep the plain model"
     return (f"{head}: {row['name']} ({kept}, {row['accuracy']:.1f}, at {row['speedup']:.2f}x); checkpoint "
@@ -583,7 +609,7 @@ def write_outputs(run: FrontierRun, plan: Plan, rows: list[dict[str, Any]], timi
         recommended=chosen["name"], recommendation=line, rows=rows,
         plan=dict(scale=plan.scale, fits=plan.fits, budget_seconds=plan.budget,
                   estimated_seconds=plan.estimated_seconds, spent_seconds=spent,
-                  candidates=[c.name for c in plan.candidates], skipped=skipped),
+                  candidates=built_names(plan, rows), skipped=skipped),
         data=dataclasses.asdict(run.data), timing=dict(settings=settings, environment=environment, check_command=check),
     )
     write_text_atomic(run.output_dir / "rows.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
@@ -605,7 +631,7 @@ def write_outputs(run: FrontierRun, plan: Plan, rows: list[dict[str, Any]], timi
         f"Budget {format_seconds(plan.budget)}: spent {format_seconds(spent)} "
         f"(estimated {format_seconds(plan.estimated_seconds)}).",
         "",
-        markdown_table(rows, chosen["name"]),
+        markdown_table(rows, chosen["name"], run.min_retention),
         "",
         line,
     ]
@@ -673,8 +699,16 @@ def run_frontier(
     from ..families import family_of_plain_type
 
     files = (train_file is not None, validation_file is not None)
-    if (task and any(files)) or (not task and not all(files)):
-        raise ValueError("give --task NAME, or --train-file and --validation-file (not both)")
+    if task and any(files):
+        raise ValueError("give --task NAME, or --train-file and --validation-file, not both")
+    if not task and not all(files):
+        missing = "--validation-file" if files[0] else "--train-file" if files[1] else "--task NAME, or --train-file " \
+            "and --validation-file"
+        raise ValueError(f"the data to measure on is missing: give {missing}")
+    if max_train_examples is not None and max_train_examples < 1:
+        raise ValueError(f"--max-train-examples must be >= 1, got {max_train_examples}")
+    if max_eval_examples is not None and max_eval_examples < 1:
+        raise ValueError(f"--max-eval-examples must be >= 1, got {max_eval_examples}")
     if not 0 < min_retention <= 1:
         raise ValueError(f"min_retention is a share of the plain model's score in (0, 1], got {min_retention}")
     if seeds < 1:
@@ -744,7 +778,7 @@ def _plan(run: FrontierRun, settings: dict[str, Any], cuts, instances, max_train
                          validation_file=given.get("validation_file"), task_kind=given.get("task_kind"),
                          max_train_examples=max_train_examples, max_eval_examples=run.max_eval_examples,
                          eval_batch_size=FRONTIER["eval_batch_size"])
-    times = measure_step_times(run.plain_dir, run.data, run.train_device,
+    times = measure_step_times(run.plain_dir, run.data, run.train_device, eval_device=run.device,
                                batch_size=run.finetune_overrides.get("batch_size", FRONTIER["finetune"]["batch_size"]))
     plan = size_plan(candidates(run.num_layers, None if cuts is None else list(cuts), list(instances)), times,
                      run.workload(), budget)
@@ -803,6 +837,8 @@ def _build_all(run: FrontierRun, plan: Plan, spent_before: float, budget: float,
                         if candidate.kind == "plain":
                             raise
                         skip(planned.name, f"its training diverged ({error})", corrected(candidate, ratios))
+            if candidate.kind == "plain" and "plain" in results:
+                check_plain_score(results["plain"])
             bar.update(1)
             if "plain" in results:  # the rows so far, scored but not yet timed
                 write_text_atomic(run.output_dir / "rows.jsonl", "".join(
