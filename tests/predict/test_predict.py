@@ -103,6 +103,38 @@ def test_a_killed_run_resumes_without_redoing_or_duplicating_rows(classifier_dir
     assert status == 2 and "exists; pass --overwrite" in stderr
 
 
+def test_an_output_that_is_also_an_input_is_refused_and_the_input_kept(classifier_dir, tmp_path):
+    write_jsonl(tmp_path / "same.jsonl", [{"text": t} for t in make_texts(5, seed=12)])
+    kept = (tmp_path / "same.jsonl").read_bytes()
+    for flags in ((), ("--overwrite",)):
+        status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "same.jsonl"), "--output",
+                                        str(tmp_path / "same.jsonl"), *flags)
+        assert status == 2 and f"names {tmp_path / 'same.jsonl'}, which is the output file" in stderr
+        assert (tmp_path / "same.jsonl").read_bytes() == kept
+
+    # A rerun whose glob now matches the first run's output and errors file: refused, nothing removed.
+    folder = tmp_path / "g"
+    folder.mkdir()
+    write_jsonl(folder / "in.jsonl", [{"text": t} for t in make_texts(5, seed=13)] + [{"text": ""}])
+    pattern, output = str(folder / "*.jsonl"), str(folder / "labels.jsonl")
+    predict(classifier_dir, [pattern], folder / "labels.jsonl")
+    before = {path.name: path.read_bytes() for path in folder.iterdir()}
+    assert set(before) == {"in.jsonl", "labels.jsonl", "labels.errors.jsonl"}
+    status, _, stderr = run_predict(str(classifier_dir), "--input", pattern, "--output", output, "--overwrite")
+    assert status == 2 and f"--input {pattern} names" in stderr and f"of --output {output}" in stderr
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(folder / "labels.errors.jsonl"), "--output",
+                                    output, "--overwrite")
+    assert status == 2 and "which is the errors file" in stderr
+    assert (folder / "labels.errors.jsonl").read_bytes() == before["labels.errors.jsonl"]
+    (tmp_path / "out.jsonl.parts").mkdir()
+    (tmp_path / "out.jsonl.parts" / "in.jsonl").write_bytes(before["in.jsonl"])
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "out.jsonl.parts" / "in.jsonl"),
+                                    "--output", str(tmp_path / "out.jsonl"), "--overwrite")
+    assert status == 2 and "which is in the parts folder" in stderr
+    assert (tmp_path / "out.jsonl.parts" / "in.jsonl").read_bytes() == before["in.jsonl"]
+
+
 # ------------------------------------------------------------------ bad rows
 
 

@@ -53,3 +53,17 @@ def test_ray_with_two_local_workers_predicts_as_one_process(classifier_dir, labe
     errors = [record for part in (tmp_path / "labels.errors.jsonl").glob("*.json*") for record in read_jsonl(part)]
     assert errors == [{"id": "empty", "error_kind": "empty", "error": "empty text"}]
     assert "60 of 61 rows labelled" in stdout
+
+
+def test_ray_refuses_an_output_among_its_inputs_before_removing_anything(classifier_dir, tmp_path):
+    pytest.importorskip("ray.data", reason='the Ray path needs Ray Data: pip install "muxplm[ray]"')
+    write_jsonl(tmp_path / "in.jsonl", [{"text": "a fine film"}])
+    (tmp_path / "labels.jsonl").mkdir()  # an earlier run's output, in the folder read as input
+    (tmp_path / "labels.jsonl" / "0.jsonl").write_text('{"label": "pos"}\n')
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path), "--input-format", "jsonl",
+                                    "--output", str(tmp_path / "labels.jsonl"), "--ray", "--overwrite")
+    assert status == 2 and f"--input {tmp_path} names {tmp_path}, which holds the output folder" in stderr
+    assert (tmp_path / "labels.jsonl" / "0.jsonl").read_text() == '{"label": "pos"}\n'
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output",
+                                    str(tmp_path / "in.jsonl"), "--ray", "--overwrite")
+    assert status == 2 and "which is the output folder" in stderr and (tmp_path / "in.jsonl").is_file()

@@ -27,7 +27,7 @@ import shutil
 from dataclasses import asdict, fields
 
 from ..predict.labelling import LabelSettings
-from ..predict.outputs import errors_path, output_format
+from ..predict.outputs import check_inputs_apart, errors_path, output_format
 from ..predict.sources import Columns, InputRow, file_format, table_records
 
 ERROR_FIELDS = ("error_kind", "error")
@@ -101,17 +101,18 @@ def _as_table(batch):
     return pa.Table.from_pandas(batch, preserve_index=False)
 
 
-def _paths(inputs) -> list[str]:
-    """Local globs expanded (sorted, in the order given); URIs (``s3://...``) left to Ray Data."""
+def _paths(inputs) -> list[tuple[str, str]]:
+    """``(path, the pattern that named it)``: local globs expanded (sorted, in the order given);
+    URIs (``s3://...``) left to Ray Data."""
     paths = []
     for pattern in inputs:
         if "://" in pattern or not glob.has_magic(pattern):
-            paths.append(pattern)
+            paths.append((pattern, pattern))
             continue
         matches = sorted(glob.glob(pattern, recursive=True))
         if not matches:
             raise FileNotFoundError(f"no input file matches {pattern}")
-        paths.extend(matches)
+        paths.extend((path, pattern) for path in matches)
     return paths
 
 
@@ -153,7 +154,8 @@ def predict_with_ray(model, inputs, output: str, *, columns: Columns = Columns()
 
     ray = _import_ray()
     format = output_format(output)
-    paths = _paths(inputs)
+    named = _paths(inputs)
+    paths = [path for path, _ in named]
     formats = {input_format} if input_format else {file_format(path) for path in paths}
     if len(formats) != 1:
         raise ValueError(f"--ray reads one format at a time; the inputs are {', '.join(sorted(formats))}")
@@ -163,6 +165,8 @@ def predict_with_ray(model, inputs, output: str, *, columns: Columns = Columns()
             raise ValueError("a text file has one text a line: no --text-pair-column or --id-column")
         columns = Columns("text")  # Ray Data's name for a line
     errors = errors_path(output)
+    # Before the removal below: an input (or a folder of inputs) must not be, hold or sit in either.
+    check_inputs_apart(named, {output: "the output folder", errors: "the errors folder"}, output)
     for path in (output, errors):
         if "://" not in path and os.path.exists(path):
             if not overwrite:

@@ -33,6 +33,28 @@ def errors_path(output: str | os.PathLike) -> str:
     return os.path.splitext(str(output).rstrip("/"))[0] + ".errors.jsonl"
 
 
+def check_inputs_apart(inputs, written: dict[str, str], output) -> None:
+    """Refuse, before anything is read or removed, an input that the run would overwrite or delete
+    (``--overwrite`` included), or read back as its own output on a rerun. ``inputs``: ``(path,
+    the --input pattern that named it)``; ``written``: each file or folder the run writes, and what
+    it is. URIs are left alone."""
+    for path, pattern in inputs:
+        if "://" in path:
+            continue
+        resolved = os.path.realpath(path)
+        for target, what in written.items():
+            target = os.path.realpath(target)
+            relation = "is" if resolved == target else "is in" if _inside(resolved, target) else \
+                "holds" if _inside(target, resolved) else None
+            if relation:
+                raise ValueError(f"--input {pattern} names {path}, which {relation} {what} of --output {output}; "
+                                 "write the output elsewhere, or name inputs that leave it out")
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
 def _write_atomic(path: Path, write) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     write(temporary)
@@ -62,6 +84,13 @@ class PartFiles:
 
     def is_done(self, index: int) -> bool:
         return self.part(index).is_file()
+
+    def check_apart(self, sources) -> None:
+        """Refuse inputs (:class:`~muxplm.predict.sources.Source`) that are this output, its errors
+        file or in its parts folder."""
+        check_inputs_apart([(source.path, source.pattern) for source in sources],
+                           {str(self.output): "the output file", errors_path(self.output): "the errors file",
+                            str(self.folder): "the parts folder"}, self.output)
 
     def check(self, *, overwrite: bool = False) -> None:
         """Refuse, before anything runs, to replace a finished output unless asked to."""

@@ -98,8 +98,9 @@ def predict_files(
     and the backend can use it). Returns the run's counts and rate."""
     started = time.perf_counter()
     sources = find_sources(list(inputs), input_format)
-    check_columns(sources, columns)
     parts = PartFiles(output, output_format(output))
+    parts.check_apart(sources)
+    check_columns(sources, columns)
     parts.check(overwrite=overwrite)
     device = device or default_device(backend, quantize)
     workers, threads, devices = plan_workers(workers, threads, device)

@@ -58,6 +58,7 @@ class Source:
 
     path: str
     format: str
+    pattern: str = ""  # the --input path or glob that named it, for messages
     malformed: list[dict] = field(default_factory=list)  # CSV lines without the header's fields
 
     def num_rows(self) -> int | None:
@@ -92,7 +93,7 @@ def find_sources(patterns: Sequence[str], format: str | None = None) -> list[Sou
         matches = [path for path in matches if os.path.isfile(path)]
         if not matches:
             raise FileNotFoundError(f"no input file matches {pattern}")
-        sources.extend(Source(path, format or file_format(path)) for path in matches)
+        sources.extend(Source(path, format or file_format(path), pattern) for path in matches)
     return sources
 
 
