@@ -68,10 +68,16 @@ def test_length_grouping_keeps_each_prediction_with_its_row(tagger_dir, tmp_path
 
 
 def test_a_killed_run_resumes_without_redoing_or_duplicating_rows(classifier_dir, tmp_path, monkeypatch):
-    texts = make_texts(100, seed=3)
-    write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)] + [{"id": -1, "text": ""}])
+    from muxplm.predict import LabelSettings, predict_files
+    from muxplm.predict.sources import Columns
+
+    records = [{"id": i, "text": t} for i, t in enumerate(make_texts(111, seed=3))] + [{"id": -1, "text": ""}]
+    records[5]["text"] = ""  # a bad row in part 0: its errors file is not a part
+    write_jsonl(tmp_path / "in.jsonl", records)
+    (tmp_path / "tail.csv").write_text("id,text\n1,a,b\n2,c,d\n")  # lines without a row, after part 6 (7 x 16 rows)
+    inputs = [tmp_path / "in.jsonl", tmp_path / "tail.csv"]
     flags = ("--id-column", "id", "--part-size", "16")
-    whole = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "whole.jsonl", *flags)
+    whole = predict(classifier_dir, inputs, tmp_path / "whole.jsonl", *flags)
 
     written = []
     write = predict_outputs.PartFiles.write
@@ -84,55 +90,27 @@ def test_a_killed_run_resumes_without_redoing_or_duplicating_rows(classifier_dir
 
     monkeypatch.setattr(predict_outputs.PartFiles, "write", dies_after_three_parts)
     output = tmp_path / "out.jsonl"
+    input_args = ("--input", *map(str, inputs), "--output", str(output))
     with pytest.raises(KeyboardInterrupt):
-        run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output", str(output), *flags)
-    assert not output.exists() and sorted(p.name for p in (tmp_path / "out.jsonl.parts").glob("part-*.jsonl")) == \
-        ["part-000000.jsonl", "part-000001.jsonl", "part-000002.jsonl"]
+        run_predict(str(classifier_dir), *input_args, *flags)
+    assert not output.exists() and sorted(p.name for p in (tmp_path / "out.jsonl.parts").glob("part-??????.jsonl")) \
+        == ["part-000000.jsonl", "part-000001.jsonl", "part-000002.jsonl"]
+    assert (tmp_path / "out.jsonl.parts" / "part-000000.errors.jsonl").is_file()
 
     monkeypatch.setattr(predict_outputs.PartFiles, "write", lambda self, part: (written.append(part.index),
                                                                               write(self, part)))
-    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output",
-                                    str(output), *flags, "--composition-seed", "1")
+    status, _, stderr = run_predict(str(classifier_dir), *input_args, *flags, "--composition-seed", "1")
     assert status == 2 and "interrupted run with other settings" in stderr  # not mixed with another seed
     written.clear()
-    assert predict(classifier_dir, [tmp_path / "in.jsonl"], output, *flags) == whole
-    assert written == [3, 4, 5, 6]  # only the parts the kill left
-    assert output.read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
-    assert not (tmp_path / "out.jsonl.parts").exists() and len(read_jsonl(tmp_path / "out.errors.jsonl")) == 1
-    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output", str(output))
+    summary = predict_files(classifier_dir, map(str, inputs), output, columns=Columns(id="id"),
+                            settings=LabelSettings(part_size=16), progress=False)
+    assert written == [3, 4, 5, 6] and summary["labelled"] == 110  # only the parts the kill left
+    assert output.read_bytes() == (tmp_path / "whole.jsonl").read_bytes() and read_jsonl(output) == whole
+    assert not (tmp_path / "out.jsonl.parts").exists()
+    assert (tmp_path / "out.errors.jsonl").read_bytes() == (tmp_path / "whole.errors.jsonl").read_bytes()
+    assert [e.get("line") for e in read_jsonl(tmp_path / "out.errors.jsonl")] == [None, None, 2, 3]
+    status, _, stderr = run_predict(str(classifier_dir), *input_args)
     assert status == 2 and "exists; pass --overwrite" in stderr
-
-
-def test_an_output_that_is_also_an_input_is_refused_and_the_input_kept(classifier_dir, tmp_path):
-    write_jsonl(tmp_path / "same.jsonl", [{"text": t} for t in make_texts(5, seed=12)])
-    kept = (tmp_path / "same.jsonl").read_bytes()
-    for flags in ((), ("--overwrite",)):
-        status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "same.jsonl"), "--output",
-                                        str(tmp_path / "same.jsonl"), *flags)
-        assert status == 2 and f"names {tmp_path / 'same.jsonl'}, which is the output file" in stderr
-        assert (tmp_path / "same.jsonl").read_bytes() == kept
-
-    # A rerun whose glob now matches the first run's output and errors file: refused, nothing removed.
-    folder = tmp_path / "g"
-    folder.mkdir()
-    write_jsonl(folder / "in.jsonl", [{"text": t} for t in make_texts(5, seed=13)] + [{"text": ""}])
-    pattern, output = str(folder / "*.jsonl"), str(folder / "labels.jsonl")
-    predict(classifier_dir, [pattern], folder / "labels.jsonl")
-    before = {path.name: path.read_bytes() for path in folder.iterdir()}
-    assert set(before) == {"in.jsonl", "labels.jsonl", "labels.errors.jsonl"}
-    status, _, stderr = run_predict(str(classifier_dir), "--input", pattern, "--output", output, "--overwrite")
-    assert status == 2 and f"--input {pattern} names" in stderr and f"of --output {output}" in stderr
-    assert {path.name: path.read_bytes() for path in folder.iterdir()} == before
-    status, _, stderr = run_predict(str(classifier_dir), "--input", str(folder / "labels.errors.jsonl"), "--output",
-                                    output, "--overwrite")
-    assert status == 2 and "which is the errors file" in stderr
-    assert (folder / "labels.errors.jsonl").read_bytes() == before["labels.errors.jsonl"]
-    (tmp_path / "out.jsonl.parts").mkdir()
-    (tmp_path / "out.jsonl.parts" / "in.jsonl").write_bytes(before["in.jsonl"])
-    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "out.jsonl.parts" / "in.jsonl"),
-                                    "--output", str(tmp_path / "out.jsonl"), "--overwrite")
-    assert status == 2 and "which is in the parts folder" in stderr
-    assert (tmp_path / "out.jsonl.parts" / "in.jsonl").read_bytes() == before["in.jsonl"]
 
 
 # ------------------------------------------------------------------ bad rows
@@ -177,6 +155,27 @@ def test_bad_rows_are_listed_skipped_truncated_or_fatal_as_asked(classifier_dir,
                                     *common, "--on-bad-row", "fail")
     assert status == 2 and "row 1 of the file" in stderr and "empty text" in stderr
     assert not (tmp_path / "fail.jsonl").exists()
+
+
+def test_every_malformed_csv_line_is_listed_even_after_the_last_row(classifier_dir, tmp_path):
+    (tmp_path / "bad.csv").write_text("id,text\n" + "".join(f"m{i},x,extra field\n" for i in range(3)))
+    status, stdout, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "bad.csv"), "--output",
+                                         str(tmp_path / "none.jsonl"), "--part-size", "2")
+    assert status == 0, stderr
+    assert (tmp_path / "none.jsonl").read_text() == ""
+    assert [(e["line"], e["file"]) for e in read_jsonl(tmp_path / "none.errors.jsonl")] == \
+        [(line, str(tmp_path / "bad.csv")) for line in (2, 3, 4)]
+    assert "0 of 0 rows labelled" in stdout and "3 bad rows skipped, 0 truncated (3 malformed)" in stdout
+
+    # Parts of 2 rows end with the good file: the lines of the bad one are read after the last part.
+    (tmp_path / "good.csv").write_text("id,text\n" + "".join(f"g{i},{t}\n" for i, t in enumerate(make_texts(4))))
+    status, stdout, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "good.csv"),
+                                         str(tmp_path / "bad.csv"), "--output", str(tmp_path / "out.jsonl"),
+                                         "--part-size", "2")
+    assert status == 0, stderr
+    assert len(read_jsonl(tmp_path / "out.jsonl")) == 4
+    assert [e["line"] for e in read_jsonl(tmp_path / "out.errors.jsonl")] == [2, 3, 4]
+    assert "4 of 4 rows labelled" in stdout and "3 bad rows skipped" in stdout
 
 
 def test_a_missing_column_is_refused_before_anything_runs(classifier_dir, tmp_path):
@@ -276,10 +275,13 @@ def test_on_gpus_a_worker_per_gpu_by_default(monkeypatch):
 
 
 def test_two_workers_write_what_one_process_writes(classifier_dir, tmp_path):
-    texts = make_texts(90, seed=11)
-    write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)] + [{"id": 90, "text": ""}])
+    texts = make_texts(95, seed=11)
+    write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts)] + [{"id": 95, "text": ""}])
+    (tmp_path / "tail.csv").write_text("id,text\n1,a,b\n")  # a line without a row, after the last part (6 x 16 rows)
+    inputs = [tmp_path / "in.jsonl", tmp_path / "tail.csv"]
     flags = ("--id-column", "id", "--part-size", "16", "--threads", "1")
-    predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "one.jsonl", *flags)
-    predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "two.jsonl", *flags, "--workers", "2")
+    predict(classifier_dir, inputs, tmp_path / "one.jsonl", *flags)
+    predict(classifier_dir, inputs, tmp_path / "two.jsonl", *flags, "--workers", "2")
     assert (tmp_path / "two.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
     assert (tmp_path / "two.errors.jsonl").read_bytes() == (tmp_path / "one.errors.jsonl").read_bytes()
+    assert [e.get("line") for e in read_jsonl(tmp_path / "two.errors.jsonl")] == [None, 2]

@@ -1,7 +1,8 @@
 """Where ``muxplm predict`` writes: numbered part files while it runs, one output file at the end.
 
 Part ``k`` (rows ``k * part_size`` onwards) goes to ``OUTPUT.parts/part-00000k.jsonl`` (or
-``.parquet``), its bad rows to ``part-00000k.errors.jsonl``; each file is written under a temporary
+``.parquet``), its bad rows to ``part-00000k.errors.jsonl`` and the CSV lines without a row met
+while reading it to ``part-00000k.malformed.jsonl``; each file is written under a temporary
 name and renamed, so a part file that exists is whole, and a rerun after a kill skips it. The run's
 inputs and settings are kept in ``OUTPUT.parts/run.json``: a rerun with other ones is refused rather
 than mixed in. When every part is there, they are joined in order into ``OUTPUT`` and
@@ -136,7 +137,8 @@ class PartFiles:
             _write_atomic(self.part(part.index), lambda path: pq.write_table(table, path))
 
     def write_malformed(self, index: int, reports: list[dict]) -> None:
-        """CSV lines that had no row to make (met while reading part ``index``)."""
+        """CSV lines that had no row to make, met while reading part ``index`` (or, for ``index`` =
+        the number of parts, after the last part's rows)."""
         _write_atomic(self.malformed(index), lambda path: path.write_text(_jsonl(reports), encoding="utf-8"))
 
     def finish(self, num_parts: int) -> dict:
@@ -150,7 +152,8 @@ class PartFiles:
         errors_file = Path(errors_path(self.output))
         temporary = errors_file.with_name(f".{errors_file.name}.tmp")
         with open(temporary, "w", encoding="utf-8") as joined:
-            for index in range(num_parts):
+            # Index num_parts: the CSV lines without a row met after the last part's rows.
+            for index in range(num_parts + 1):
                 for path in (self.malformed(index), self.errors(index)):
                     if not path.is_file():
                         continue

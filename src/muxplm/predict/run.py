@@ -145,7 +145,8 @@ def _run_description(model, sources: list[Source], columns: Columns, settings: L
 
 class _PartsToDo:
     """The parts of the input still to label, in order, as ``(index, rows)``; finished ones are read
-    past (their rows counted on the progress bar). CSV lines without a row are recorded per part."""
+    past (their rows counted on the progress bar). CSV lines without a row are recorded with the
+    part being read when they were met, those after the last row as part ``parts``."""
 
     def __init__(self, sources, columns, part_size: int, parts: PartFiles, bar):
         self.sources, self.columns, self.part_size, self.files, self.bar = sources, columns, part_size, parts, bar
@@ -154,16 +155,22 @@ class _PartsToDo:
     def __iter__(self) -> Iterator[tuple[int, list]]:
         for index, rows in enumerate(in_parts(read_rows(self.sources, self.columns), self.part_size)):
             self.parts, self.rows = index + 1, self.rows + len(rows)
-            malformed = [report for source in self.sources for report in source.malformed]
-            if malformed:
-                self.files.write_malformed(index, malformed)
-                for source in self.sources:
-                    source.malformed.clear()
+            self._record_malformed(index)
             if self.files.is_done(index):
                 self.bar.update(len(rows))
                 continue
             self.rows_labelled_here += len(rows)
             yield index, rows
+        # Lines met after the last part's rows (or in an input with no row at all) have no part to
+        # go with: they are listed after the last one.
+        self._record_malformed(self.parts)
+
+    def _record_malformed(self, index: int) -> None:
+        malformed = [report for source in self.sources for report in source.malformed]
+        if malformed:
+            self.files.write_malformed(index, malformed)
+            for source in self.sources:
+                source.malformed.clear()
 
 
 # ------------------------------------------------------------------ in this process
