@@ -104,7 +104,8 @@ def test_a_killed_run_resumes_without_redoing_or_duplicating_rows(classifier_dir
     written.clear()
     summary = predict_files(classifier_dir, map(str, inputs), output, columns=Columns(id="id"),
                             settings=LabelSettings(part_size=16), progress=False)
-    assert written == [3, 4, 5, 6] and summary["labelled"] == 110  # only the parts the kill left
+    assert written == [3, 4, 5, 6] and summary["resumed_parts"] == 3  # only the parts the kill left
+    assert summary["labelled"] == 110 and summary["parts"] == 7
     assert output.read_bytes() == (tmp_path / "whole.jsonl").read_bytes() and read_jsonl(output) == whole
     assert not (tmp_path / "out.jsonl.parts").exists()
     assert (tmp_path / "out.errors.jsonl").read_bytes() == (tmp_path / "whole.errors.jsonl").read_bytes()

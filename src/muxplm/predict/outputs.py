@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -114,7 +115,8 @@ class PartFiles:
             if changed:
                 raise ValueError(f"{self.folder} holds an interrupted run with other {', '.join(changed)}; rerun it as "
                                  "it was to resume, or pass --overwrite to start over")
-            return len(list(self.folder.glob(f"part-*.{self.format}")))
+            # part-K.errors.jsonl and part-K.malformed.jsonl sit beside the parts: only part-K.FORMAT counts.
+            return sum(1 for path in self.folder.iterdir() if re.fullmatch(rf"part-\d+\.{self.format}", path.name))
         self.folder.mkdir(parents=True, exist_ok=True)
         _write_atomic(saved, lambda path: path.write_text(json.dumps(run, indent=1)))
         return 0
