@@ -42,6 +42,44 @@ def test_every_input_format_gives_the_same_predictions(classifier_dir, tmp_path)
     assert as_parquet == reference
 
 
+def test_a_parquet_output_without_records_has_the_columns_of_one_with_records(classifier_dir, tagger_dir, tmp_path):
+    write_jsonl(tmp_path / "good.jsonl", [{"id": "a", "text": "a fine film"}])
+    write_jsonl(tmp_path / "bad.jsonl", [{"id": "b", "text": ""}, {"id": "c", "text": "  "}])
+    (tmp_path / "empty.jsonl").write_text("")
+    flags = ("--id-column", "id", "--top-k", "2", "--return-all-scores", "--on-bad-row", "truncate")
+    predict(classifier_dir, [tmp_path / "good.jsonl"], tmp_path / "good.parquet", *flags)
+    expected = pq.read_schema(tmp_path / "good.parquet")
+    assert expected.names == ["row", "id", "label", "score", "top_labels", "top_scores", "all_scores", "truncated"]
+    for name in ("bad", "empty"):
+        assert predict(classifier_dir, [tmp_path / f"{name}.jsonl"], tmp_path / f"{name}.parquet", *flags) == []
+        schema = pq.read_schema(tmp_path / f"{name}.parquet")
+        assert schema.names == expected.names and schema.field("id").type == pa.null()  # no id to tell its type
+        assert [field.type for field in schema if field.name != "id"] == \
+            [field.type for field in expected if field.name != "id"], name
+    predict(classifier_dir, [tmp_path / "empty.jsonl"], tmp_path / "plain.parquet")
+    assert pq.read_schema(tmp_path / "plain.parquet").names == ["row", "label", "score"]
+    predict(tagger_dir, [tmp_path / "good.jsonl"], tmp_path / "tags.parquet")
+    predict(tagger_dir, [tmp_path / "empty.jsonl"], tmp_path / "no-tags.parquet")
+    assert pq.read_schema(tmp_path / "no-tags.parquet") == pq.read_schema(tmp_path / "tags.parquet")
+
+
+def test_ids_of_mixed_kinds_are_refused_for_parquet_naming_the_row(classifier_dir, tmp_path):
+    texts = make_texts(5, seed=14)
+    write_jsonl(tmp_path / "in.jsonl", [{"id": i, "text": t} for i, t in enumerate(texts[:4])]
+                + [{"id": "x", "text": texts[4]}])  # in the third part of 2 rows
+    status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output",
+                                    str(tmp_path / "out.parquet"), "--id-column", "id", "--part-size", "2")
+    assert status == 2 and not (tmp_path / "out.parquet").exists()
+    assert f"--id-column id: {tmp_path / 'in.jsonl'}, row 4 of the file has the id 'x' (text) but" in stderr
+    assert "Parquet output holds ids of one kind" in stderr
+    # JSON keeps each id's own type; integers and fractions make one Parquet column of floats.
+    assert [r["id"] for r in predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "out.jsonl", "--id-column",
+                                     "id")] == [0, 1, 2, 3, "x"]
+    write_jsonl(tmp_path / "numbers.jsonl", [{"id": 1, "text": texts[0]}, {"id": 2.5, "text": texts[1]}])
+    assert [r["id"] for r in predict(classifier_dir, [tmp_path / "numbers.jsonl"], tmp_path / "numbers.parquet",
+                                     "--id-column", "id")] == [1.0, 2.5]
+
+
 def test_several_files_and_globs_are_read_in_order_and_numbered_across_files(classifier_dir, tmp_path):
     texts = make_texts(30, seed=1)
     for index, start in enumerate((0, 10, 20)):

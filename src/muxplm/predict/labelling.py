@@ -109,6 +109,19 @@ class PartLabeller:
             fields.append("truncated")
         return fields
 
+    def output_schema(self):
+        """The Arrow schema of a record (``row``, ``id`` with an id column, :meth:`output_fields`),
+        for a Parquet output with no record to infer it from. The ids' type is unknown: null."""
+        import pyarrow as pa
+
+        texts, scores = pa.list_(pa.string()), pa.list_(pa.float64())
+        types = {"label": pa.string(), "score": pa.float64(), "words": texts, "tags": texts, "scores": scores,
+                 "token_ids": pa.list_(pa.int64()), "text": pa.string(), "top_labels": texts, "top_scores": scores,
+                 "all_scores": pa.struct([(name, pa.float64()) for name in self.label_names]),
+                 "truncated": pa.bool_()}
+        return pa.schema([("row", pa.int64())] + ([("id", pa.null())] if self.with_ids else [])
+                         + [(name, types[name]) for name in self.output_fields()])
+
     def __call__(self, rows: Sequence[InputRow], index: int) -> LabelledPart:
         return self.label(self.encode(rows, index))
 

@@ -143,13 +143,14 @@ class PartFiles:
         the number of parts, after the last part's rows)."""
         _write_atomic(self.malformed(index), lambda path: path.write_text(_jsonl(reports), encoding="utf-8"))
 
-    def finish(self, num_parts: int) -> dict:
+    def finish(self, num_parts: int, empty_schema=None) -> dict:
         """Join parts ``0 .. num_parts - 1`` into the output and the bad rows into the errors file
-        (written only when there are bad rows), remove the parts folder; returns the counts."""
+        (written only when there are bad rows), remove the parts folder; returns the counts.
+        ``empty_schema``: a Parquet output's columns when no part has a record to tell them."""
         missing = [index for index in range(num_parts) if not self.is_done(index)]
         if missing:
             raise RuntimeError(f"parts {missing[:5]} of {self.folder} are missing")
-        records = self._join_records(num_parts)
+        records = self._join_records(num_parts, empty_schema)
         kinds, actions, bad = Counter(), Counter(), 0
         errors_file = Path(errors_path(self.output))
         temporary = errors_file.with_name(f".{errors_file.name}.tmp")
@@ -174,7 +175,7 @@ class PartFiles:
         return {"labelled": records, "skipped": actions["skipped"], "truncated": actions["truncated"],
                 "bad_rows_by_kind": dict(kinds), "errors_file": str(errors_file) if bad else None}
 
-    def _join_records(self, num_parts: int) -> int:
+    def _join_records(self, num_parts: int, empty_schema=None) -> int:
         temporary = self.output.with_name(f".{self.output.name}.tmp")
         count = 0
         if self.format == "jsonl":
@@ -190,7 +191,10 @@ class PartFiles:
 
             schemas = [schema for schema in (pq.read_schema(self.part(i)) for i in range(num_parts)) if schema.names]
             # A part whose ids were all null has a null-typed column: the other parts' type wins.
-            schema = pa.unify_schemas(schemas, promote_options="permissive") if schemas else pa.schema([])
+            if schemas:
+                schema = pa.unify_schemas(schemas, promote_options="permissive")
+            else:  # no record at all (an empty input, or only bad rows): the columns one would have
+                schema = empty_schema if empty_schema is not None else pa.schema([])
             with pq.ParquetWriter(temporary, schema) as joined:
                 for index in range(num_parts):
                     table = pq.read_table(self.part(index))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import reprlib
 import threading
 import time
 from collections import deque
@@ -31,7 +32,7 @@ from ..devices import default_device
 from ..progress import progress_bar
 from .labelling import LabelSettings, PartLabeller, load_labeller
 from .outputs import PartFiles, output_format
-from .sources import Columns, Source, check_columns, find_sources, in_parts, read_rows
+from .sources import Columns, InputRow, Source, check_columns, find_sources, in_parts, read_rows
 
 # Parts read ahead of the model, per worker: enough that a worker never waits, few enough that
 # memory does not grow with the input.
@@ -108,6 +109,7 @@ def predict_files(
                    max_length=max_length, batch_size=batch_size)
     # Checked (and an ONNX graph exported) here once, before any part is read or any worker starts.
     labeller = load_labeller(model, settings, columns, threads=threads if workers == 1 else None, **loading)
+    schema = labeller.output_schema() if parts.format == "parquet" else None
     finished = parts.start(_run_description(model, sources, columns, settings, loading), overwrite=overwrite)
     counts = [source.num_rows() for source in sources]
     total = sum(counts) if None not in counts else None
@@ -123,7 +125,7 @@ def predict_files(
                               loading=loading, settings=settings, columns=columns)
     finally:
         bar.close()
-    summary = parts.finish(todo.parts)
+    summary = parts.finish(todo.parts, schema)
     now = time.perf_counter()
     # The rate counts the rows labelled by this run (not those of parts an earlier run finished),
     # from the first part read to the output joined: the model's loading is not in it.
@@ -151,11 +153,16 @@ class _PartsToDo:
     def __init__(self, sources, columns, part_size: int, parts: PartFiles, bar):
         self.sources, self.columns, self.part_size, self.files, self.bar = sources, columns, part_size, parts, bar
         self.parts = self.rows = self.rows_labelled_here = 0
+        # A Parquet column holds one type: ids of mixed kinds are refused as they are read, naming
+        # the row, rather than by Arrow when the part is written or the parts are joined.
+        self.check_ids, self.first_id = parts.format == "parquet" and columns.id is not None, None
 
     def __iter__(self) -> Iterator[tuple[int, list]]:
         for index, rows in enumerate(in_parts(read_rows(self.sources, self.columns), self.part_size)):
             self.parts, self.rows = index + 1, self.rows + len(rows)
             self._record_malformed(index)
+            if self.check_ids:
+                self._check_id_kinds(rows)
             if self.files.is_done(index):
                 self.bar.update(len(rows))
                 continue
@@ -165,12 +172,37 @@ class _PartsToDo:
         # go with: they are listed after the last one.
         self._record_malformed(self.parts)
 
+    def _check_id_kinds(self, rows: list[InputRow]) -> None:
+        for row in rows:
+            if row.id is None:
+                continue
+            if self.first_id is None:
+                self.first_id = row
+            elif _id_kind(row.id) != _id_kind(self.first_id.id):
+                first = self.first_id
+                raise ValueError(
+                    f"--id-column {self.columns.id}: {row.file}, row {row.row_in_file} of the file has the id "
+                    f"{reprlib.repr(row.id)} ({_id_kind(row.id)}) but {first.file}, row {first.row_in_file} has "
+                    f"{reprlib.repr(first.id)} ({_id_kind(first.id)}); a Parquet output holds ids of one kind: "
+                    "make them one, or write .jsonl")
+
     def _record_malformed(self, index: int) -> None:
         malformed = [report for source in self.sources for report in source.malformed]
         if malformed:
             self.files.write_malformed(index, malformed)
             for source in self.sources:
                 source.malformed.clear()
+
+
+def _id_kind(value) -> str:
+    """What Arrow can hold in one column: numbers (integers and fractions: floats), text, ..."""
+    if isinstance(value, bool):  # before int, which it is in Python: Arrow would write True as 1.0
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    return type(value).__name__
 
 
 # ------------------------------------------------------------------ in this process
