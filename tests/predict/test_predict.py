@@ -217,6 +217,24 @@ def test_every_malformed_csv_line_is_listed_even_after_the_last_row(classifier_d
     assert "4 of 4 rows labelled" in stdout and "3 bad rows skipped" in stdout
 
 
+def test_a_file_that_cannot_be_read_is_named_in_one_line(classifier_dir, tmp_path):
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "corrupt.parquet").write_bytes(b"PAR1xx")
+    texts = make_texts(50, seed=15)
+    csv = "id,text\n" + "".join(f"{i},{t}\n" for i, t in enumerate(texts))
+    (tmp_path / "cut.csv.gz").write_bytes(gzip.compress(csv.encode())[:-20])  # the end of the stream lost
+    # No header to probe in JSON Lines: the error comes from reading the rows.
+    jsonl = "".join(json.dumps({"text": t}) + "\n" for t in texts)
+    (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(jsonl.encode())[:-20])
+    for name, error in (("empty.csv", "Empty CSV file"), ("corrupt.parquet", "Parquet file size is 6 bytes"),
+                        ("cut.csv.gz", "Truncated compressed stream"), ("cut.jsonl.gz", "Truncated compressed stream")):
+        status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / name), "--output",
+                                        str(tmp_path / f"{name}.jsonl"))
+        last_line = stderr.strip().splitlines()[-1]  # after the model's loading bar, for a file read after it
+        assert status == 2 and "Traceback" not in stderr, stderr
+        assert last_line.startswith(f"muxplm predict: error: {tmp_path / name}: cannot read it as") and error in last_line
+
+
 def test_a_missing_column_is_refused_before_anything_runs(classifier_dir, tmp_path):
     (tmp_path / "in.csv").write_text("body\nhello\n")
     status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.csv"), "--output",

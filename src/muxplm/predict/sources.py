@@ -10,6 +10,7 @@ make a row of, and is reported by its line (:attr:`Source.malformed`).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import json
@@ -67,7 +68,20 @@ class Source:
             return None
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(self.path).metadata.num_rows
+        with reading(self):
+            return pq.ParquetFile(self.path).metadata.num_rows
+
+
+@contextlib.contextmanager
+def reading(source: Source):
+    """Errors met reading ``source`` (an empty CSV, a corrupt Parquet file, a truncated ``.gz``)
+    raised as a ``ValueError`` that names it, rather than as Arrow's or the OS's message alone."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError, EOFError) as error:
+        raise ValueError(f"{source.path}: cannot read it as {source.format} ({error})") from error
 
 
 def file_format(path: str) -> str:
@@ -116,6 +130,11 @@ def check_columns(sources: Sequence[Source], columns: Columns) -> None:
 
 
 def _column_names(source: Source) -> list[str] | None:
+    with reading(source):
+        return _header(source)
+
+
+def _header(source: Source) -> list[str] | None:
     if source.format == "parquet":
         import pyarrow.parquet as pq
 
@@ -151,6 +170,11 @@ def in_parts(rows: Iterator[InputRow], part_size: int) -> Iterator[list[InputRow
 
 def _records(source: Source, columns: Columns) -> Iterator[tuple[Any, str | None, str | None, str | None]]:
     """``(id, text, pair, problem)`` per record of ``source``."""
+    with reading(source):
+        yield from _format_records(source, columns)
+
+
+def _format_records(source: Source, columns: Columns):
     if source.format == "txt":
         for line in _lines(source.path):
             text, problem = _decoded(line.rstrip(b"\r\n"), "the line")
