@@ -89,6 +89,10 @@ def test_several_files_and_globs_are_read_in_order_and_numbered_across_files(cla
     alone = predict(classifier_dir, [tmp_path / "shard-2.jsonl"], tmp_path / "alone.jsonl", "--deterministic")
     assert [r["row"] for r in out] == list(range(30))
     assert out[:10] == alone  # shard-2 first, as given; the glob's matches follow, sorted
+    # A file named twice (by its path, then by a glob, through another path) is read once, where first named.
+    twice = predict(classifier_dir, [tmp_path / "shard-2.jsonl", tmp_path / "shard-*.jsonl",
+                                     tmp_path / "." / "shard-0.jsonl"], tmp_path / "twice.jsonl", "--deterministic")
+    assert twice == out
 
 
 def test_length_grouping_keeps_each_prediction_with_its_row(tagger_dir, tmp_path):
@@ -232,7 +236,8 @@ def test_a_file_that_cannot_be_read_is_named_in_one_line(classifier_dir, tmp_pat
                                         str(tmp_path / f"{name}.jsonl"))
         last_line = stderr.strip().splitlines()[-1]  # after the model's loading bar, for a file read after it
         assert status == 2 and "Traceback" not in stderr, stderr
-        assert last_line.startswith(f"muxplm predict: error: {tmp_path / name}: cannot read it as") and error in last_line
+        assert last_line.startswith(f"muxplm predict: error: {tmp_path / name}: cannot read it as")
+        assert error in last_line
 
 
 def test_a_missing_column_is_refused_before_anything_runs(classifier_dir, tmp_path):

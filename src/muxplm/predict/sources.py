@@ -98,16 +98,22 @@ def file_format(path: str) -> str:
 
 def find_sources(patterns: Sequence[str], format: str | None = None) -> list[Source]:
     """The files that ``patterns`` (paths or globs) name, each glob's matches sorted, in the order
-    given; their format is ``format`` when given, else told by each one's extension."""
+    given, each file once (where first named); their format is ``format`` when given, else told by
+    each one's extension."""
     if format is not None and format not in FORMATS.values():
         raise ValueError(f"the input format must be one of {', '.join(sorted(set(FORMATS.values())))}, got {format!r}")
-    sources = []
+    sources, seen = [], set()
     for pattern in patterns:
         matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
         matches = [path for path in matches if os.path.isfile(path)]
         if not matches:
             raise FileNotFoundError(f"no input file matches {pattern}")
-        sources.extend(Source(path, format or file_format(path), pattern) for path in matches)
+        for path in matches:
+            # A file named by its path and again by a glob would otherwise be labelled twice.
+            resolved = os.path.realpath(path)
+            if resolved not in seen:
+                seen.add(resolved)
+                sources.append(Source(path, format or file_format(path), pattern))
     return sources
 
 
