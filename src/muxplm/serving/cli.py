@@ -51,7 +51,8 @@ def _add_serve(subparsers, name: str, help: str) -> None:
                        "(faster under load; an answer then depends on other clients' concurrent texts)")
     serve.add_argument("--deterministic", action="store_true",
                        help="each text in a group of its own with fixed companions: the same text always gets "
-                       "the same answer (about 1/N of the throughput)")
+                       "the same answer (no multiplexing speed-up: one text per group, in small fixed-shape passes; "
+                       "see docs/serving.md)")
     serve.add_argument("--threads", type=limits.threads, default=None,
                        help="torch intra-op threads (1 up to this machine's CPUs)")
     serve.add_argument("--backend", choices=("torch", "onnx"), default="torch",
