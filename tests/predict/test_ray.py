@@ -37,6 +37,29 @@ def test_mux_predictor_labels_a_batch_of_any_format_as_predict_does(classifier_d
             [{k: v for k, v in expected[row["id"]].items() if k != "row"} for row in out[:-1]]
 
 
+def test_a_seeded_mux_predictor_repeats_itself_and_starts_every_batch_as_a_first_part(classifier_dir, labelled,
+                                                                                      tmp_path):
+    folder, records, _ = labelled
+    seeded = ("--composition-seed", "3", "--batch-size", "8")
+    local = predict(classifier_dir, [folder / "in.jsonl"], tmp_path / "seeded.jsonl", "--id-column", "id",
+                    "--part-size", "16", *seeded)
+    predictor = MuxPredictor(str(classifier_dir), id_column="id", composition_seed=3, batch_size=8)
+    table = pa.Table.from_pylist(records)
+
+    def label_in_batches():
+        batches = [predictor(table.slice(start, 16)).to_pylist() for start in range(0, table.num_rows, 16)]
+        return {row["id"]: (row["label"], row["score"]) for batch in batches for row in batch if row["label"]}
+
+    batches = label_in_batches()
+    assert label_in_batches() == batches  # the same batches again: the same output, to the bit
+    in_one_process = {row["id"]: (row["label"], row["score"]) for row in local}
+    first_part = [f"t{i}" for i in range(16)]
+    assert [batches[i] for i in first_part] == [in_one_process[i] for i in first_part]
+    # Every batch restarts the composition at pass 0, where a later part of one process goes on from
+    # the passes before it: the same rows, other groups, other scores.
+    assert [batches[f"t{i}"] for i in range(16, 60)] != [in_one_process[f"t{i}"] for i in range(16, 60)]
+
+
 def test_ray_with_two_local_workers_predicts_as_one_process(classifier_dir, labelled, tmp_path):
     pytest.importorskip("ray.data", reason='the Ray path needs Ray Data: pip install "muxplm[ray]"')
     folder, _, expected = labelled

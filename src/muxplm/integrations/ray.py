@@ -57,8 +57,10 @@ class MuxPredictor:
     Returns, per batch, a ``pyarrow.Table`` with one row per input row, in order: the id column
     (when named), the prediction fields, and ``error_kind`` / ``error``: null, or why the row
     was not predicted (an empty, unreadable or over-long text). Which texts share a multiplexed
-    group is drawn within the batch: with ``deterministic=True`` a prediction depends on its text
-    only, however Ray cuts the data into batches.
+    group is drawn within the batch, each batch labelled as a first part (from the seed's first
+    pass): the same batch gives the same output, but only with ``deterministic=True`` does a
+    prediction depend on its text alone, however Ray cuts the data into batches, and equal
+    ``muxplm predict``'s.
     """
 
     def __init__(self, model: str, *, text_column: str = "text", text_pair_column: str | None = None,
