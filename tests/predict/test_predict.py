@@ -308,6 +308,10 @@ def test_int8_runs_through_the_same_path(classifier_dir, tmp_path):
     write_jsonl(tmp_path / "in.jsonl", [{"text": t} for t in make_texts(20, seed=10)])
     out = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "out.jsonl", "--quantize", "int8")
     assert len(out) == 20 and {r["label"] for r in out} <= {"neg", "neu", "pos"}
+    fp32 = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "fp32.jsonl")
+    # The int8 weights did run: scores near the float ones, but not all the same.
+    assert [r["score"] for r in out] == pytest.approx([r["score"] for r in fp32], abs=0.05)
+    assert [r["score"] for r in out] != [r["score"] for r in fp32]
 
 
 # ------------------------------------------------------------------ workers
