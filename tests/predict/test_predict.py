@@ -240,6 +240,39 @@ def test_a_file_that_cannot_be_read_is_named_in_one_line(classifier_dir, tmp_pat
         assert error in last_line
 
 
+def test_an_input_of_bad_rows_only_gives_an_empty_output_and_lists_them_all(classifier_dir, tmp_path):
+    (tmp_path / "in.jsonl").write_text('{"id": 1, "text": ""}\nnot JSON\n{"id": 3, "text": "  "}\n')
+    status, stdout, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.jsonl"), "--output",
+                                         str(tmp_path / "out.jsonl"), "--id-column", "id")
+    assert status == 0, stderr
+    assert (tmp_path / "out.jsonl").read_text() == ""
+    assert [(e["row"], e["kind"]) for e in read_jsonl(tmp_path / "out.errors.jsonl")] == \
+        [(0, "empty"), (1, "unreadable"), (2, "empty")]
+    assert (f"0 of 3 rows labelled into {tmp_path / 'out.jsonl'}; 3 bad rows skipped, 0 truncated (2 empty, "
+            f"1 unreadable), listed in {tmp_path / 'out.errors.jsonl'}") in stdout
+
+
+def test_text_pairs_come_from_their_column_as_predictor_predicts_them(classifier_dir, tagger_dir, tmp_path):
+    from muxplm.serving import Predictor
+
+    pairs = list(zip(make_texts(20, seed=16), make_texts(20, seed=17)))
+    write_jsonl(tmp_path / "in.jsonl", [{"a": first, "b": second} for first, second in pairs]
+                + [{"a": "a fine film", "b": " "}, {"a": "a fine film"}])
+    flags = ("--text-column", "a", "--text-pair-column", "b")
+    out = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "out.jsonl", *flags, "--no-length-grouping",
+                  "--composition-seed", "3", "--batch-size", "8")
+    expected = Predictor.from_pretrained(classifier_dir, batch_size=8).predict(pairs, composition_seed=3)
+    assert [{"label": r["label"], "score": r["score"]} for r in out] == expected
+    alone = predict(classifier_dir, [tmp_path / "in.jsonl"], tmp_path / "alone.jsonl", "--text-column", "a",
+                    "--no-length-grouping", "--composition-seed", "3", "--batch-size", "8")
+    assert [r["score"] for r in alone[:20]] != [r["score"] for r in out]  # the second text was read
+    assert [(e["row"], e["kind"], e["error"]) for e in read_jsonl(tmp_path / "out.errors.jsonl")] == \
+        [(20, "empty", "empty text pair"), (21, "unreadable", "no field 'b'")]
+    status, _, stderr = run_predict(str(tagger_dir), "--input", str(tmp_path / "in.jsonl"), "--output",
+                                    str(tmp_path / "tags.jsonl"), *flags)
+    assert status == 2 and "text pairs are only supported by sentence tasks" in stderr
+
+
 def test_a_missing_column_is_refused_before_anything_runs(classifier_dir, tmp_path):
     (tmp_path / "in.csv").write_text("body\nhello\n")
     status, _, stderr = run_predict(str(classifier_dir), "--input", str(tmp_path / "in.csv"), "--output",
