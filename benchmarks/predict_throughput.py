@@ -3,11 +3,13 @@
 On one checkpoint (by default a random MUX-BERT of the tiny preset at N = 2, two labels) and the
 built-in sentiment texts (a real length distribution, repeated to ``--lines``), it measures:
 
-1. ``predict``, JSONL in and out, in one process, against the same model's forward passes alone:
+1. ``predict``, JSONL in and out, in one process, against the same model's speed without it:
    ``muxplm bench throughput --model`` (:func:`muxplm.bench.throughput.time_checkpoints`) at the
-   same batch and the file's mean padded length, and the very passes ``predict`` runs (the file's
-   texts tokenized beforehand, sorted and grouped as ``predict`` groups them, nothing read or
-   written). The share of the forward passes' rate that ``predict`` keeps is the target (>= 85 %).
+   same batch over the file's length distribution (each padded length of the passes ``predict``
+   runs, as many batches as it has passes of that length) and at the file's mean padded length;
+   and the very passes ``predict`` runs (the file's texts tokenized beforehand, sorted and grouped
+   as ``predict`` groups them, nothing read or written). The target: ``predict`` keeps >= 85 % of
+   ``bench throughput`` over the file's length distribution.
 2. Length grouping against none (``--no-length-grouping``), as a ratio of texts/s.
 3. Peak RSS of ``muxplm predict`` (a process of its own) on ``--rss-lines`` lines against a tenth of them.
 4. ``--workers 2`` (one thread each) against ``--workers 1`` (all threads), on the larger file,
@@ -83,7 +85,8 @@ def forward_only(model: Path, texts: list[str], *, part_size: int, threads: int)
                         first_pass=index * passes_per_part)
     seconds = time.perf_counter() - started
     return {"texts_per_s": round(len(encoded) / seconds, 1), "mean_padded_length": round(statistics.mean(lengths), 1),
-            "batch_size": predictor.batch_size, "tokenizing_texts_per_s": round(len(encoded) / tokenizing, 1)}
+            "batch_size": predictor.batch_size, "tokenizing_texts_per_s": round(len(encoded) / tokenizing, 1),
+            "pass_lengths": lengths}
 
 
 def bench_throughput(model: Path, *, batch_size: int, seq_length: int, threads: int) -> dict:
@@ -96,6 +99,29 @@ def bench_throughput(model: Path, *, batch_size: int, seq_length: int, threads: 
     row = time_checkpoints({"model": str(model)}, batch_size=batch_size, seq_length=seq_length, batches=40,
                            trials=1, warmup=2)["model"]
     return {"samples_per_s": round(row["samples_per_s"], 1), "seq_length": seq_length, "batch_size": batch_size}
+
+
+def bench_over_lengths(model: Path, lengths: list[int], *, batch_size: int, threads: int) -> dict:
+    """``muxplm bench throughput --model MODEL --batch-size B`` over the file's length distribution:
+    at each padded length of the passes ``predict`` runs, as many batches as there are passes of that
+    length (after one untimed), their times summed. Rows of one length, no tokens; only the mix of
+    lengths is the file's."""
+    import collections
+
+    import torch
+
+    from muxplm.bench.throughput import time_checkpoints
+    from muxplm.training.models import classifier_class
+
+    torch.set_num_threads(threads)
+    loaded = classifier_class(str(model)).from_pretrained(str(model)).eval()
+    seconds = 0.0
+    for length, passes in sorted(collections.Counter(lengths).items()):
+        row = time_checkpoints({"model": loaded}, batch_size=batch_size, seq_length=length, batches=passes,
+                               trials=1, warmup=1)["model"]
+        seconds += passes * batch_size / row["samples_per_s"]
+    return {"samples_per_s": round(len(lengths) * batch_size / seconds, 1), "passes": len(lengths),
+            "distinct_lengths": len(set(lengths)), "batch_size": batch_size}
 
 
 def predict(model: Path, source: Path, output: Path, **options) -> dict:
@@ -180,24 +206,29 @@ def main(argv: list[str] | None = None) -> int:
         if "throughput" in parts:
             # Round robin, so that a drift of the machine's speed touches every measurement alike.
             trials: dict[str, list[dict]] = {"predict": [], "forward_passes_alone": [], "bench_throughput": [],
-                                             "no_length_grouping": []}
+                                             "bench_throughput_over_lengths": [], "no_length_grouping": []}
             for _ in range(args.repeats):
                 trials["predict"].append(predict(model, source, scratch / "out.jsonl", workers=1, threads=cpus))
                 passes = forward_only(model, [texts[i % len(texts)] for i in range(args.lines)],
                                       part_size=args.part_size, threads=cpus)
+                lengths = passes.pop("pass_lengths")
                 trials["forward_passes_alone"].append(passes)
                 trials["bench_throughput"].append(bench_throughput(model, batch_size=passes["batch_size"], threads=cpus,
                                                                    seq_length=round(passes["mean_padded_length"])))
+                trials["bench_throughput_over_lengths"].append(
+                    bench_over_lengths(model, lengths, batch_size=passes["batch_size"], threads=cpus))
                 trials["no_length_grouping"].append(predict(model, source, scratch / "ungrouped.jsonl", workers=1,
                                                             threads=cpus, group_by_length=False))
             for name, runs in trials.items():
-                rate = "samples_per_s" if name == "bench_throughput" else "texts_per_s"
+                rate = "samples_per_s" if name.startswith("bench_throughput") else "texts_per_s"
                 results[name] = dict(runs[0], **{rate: statistics.median(run[rate] for run in runs)},
                                      trials=[run[rate] for run in runs])
             results["predict_share_of_forward_passes"] = round(
                 results["predict"]["texts_per_s"] / results["forward_passes_alone"]["texts_per_s"], 3)
             results["predict_share_of_bench_throughput"] = round(
                 results["predict"]["texts_per_s"] / results["bench_throughput"]["samples_per_s"], 3)
+            results["predict_share_of_bench_throughput_over_lengths"] = round(
+                results["predict"]["texts_per_s"] / results["bench_throughput_over_lengths"]["samples_per_s"], 3)
             passes = results["forward_passes_alone"]
             results["tokenizing_share_of_forward_time"] = round(
                 passes["texts_per_s"] / passes["tokenizing_texts_per_s"], 3)
