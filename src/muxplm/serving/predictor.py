@@ -339,11 +339,13 @@ class Predictor:
         """The error for input ``index`` of ``enc`` when its text (or its pair) tokenized to
         nothing but the tokenizer's frame ([CLS], [SEP]), else ``None``."""
         ids = enc["input_ids"][index]
-        try:
-            parts = enc.sequence_ids(index)  # fast tokenizers: which text each token came from
-        except (AttributeError, ValueError):
-            parts = None
-        if parts is None or not has_pairs:
+        parts = None
+        if has_pairs:  # asked only then: it costs a call into the tokenizer for every input
+            try:
+                parts = enc.sequence_ids(index)  # fast tokenizers: which text each token came from
+            except (AttributeError, ValueError):
+                parts = None
+        if parts is None:
             if all(token in self._frame_ids for token in ids):
                 return InvalidTextError(index, _NOTHING_LEFT)
             return None
