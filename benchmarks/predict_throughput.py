@@ -15,6 +15,7 @@ built-in sentiment texts (a real length distribution, repeated to ``--lines``), 
 4. ``--workers 2`` (one thread each) against ``--workers 1`` (all threads), on the larger file,
    start-up included.
 5. Ray Data with 2 local workers against ``--workers 2``, where Ray is installed, likewise.
+6. ``--deterministic`` against the seeded default, on ``--deterministic-lines`` lines.
 
 Every figure is measured in this run, on this machine; the JSON records the machine, the date,
 the commit and the load average before and after (other work on the machine slows every figure)::
@@ -24,6 +25,8 @@ the commit and the load average before and after (other work on the machine slow
     # one part only: the throughput of a fine-tuned model; the memory check on 2M lines
     python3 benchmarks/predict_throughput.py --model runs/my-task --lines 8607 --parts throughput
     python3 benchmarks/predict_throughput.py --rss-lines 2000000 --parts rss
+    # --deterministic against the seeded default on a fine-tuned model
+    python3 benchmarks/predict_throughput.py --model runs/my-task --parts deterministic
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "predict"
-PARTS = ("throughput", "rss", "workers", "ray")
+PARTS = ("throughput", "rss", "workers", "ray", "deterministic")
 
 
 def build_model(folder: Path, layers: int) -> Path:
@@ -129,7 +132,8 @@ def predict(model: Path, source: Path, output: Path, **options) -> dict:
     from muxplm.predict.sources import Columns
 
     settings = LabelSettings(group_by_length=options.pop("group_by_length", True), on_bad_row="truncate",
-                             part_size=options.pop("part_size", 8192))
+                             part_size=options.pop("part_size", 8192),
+                             deterministic=options.pop("deterministic", False))
     summary = predict_files(model, [str(source)], output, columns=Columns(id="id"), settings=settings, overwrite=True,
                             progress=False, **options)
     return {"texts_per_s": summary["texts_per_s"], "seconds": summary["seconds"],
@@ -173,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-part-size", type=int, default=None,
                         help="predict's --part-size on the larger files (default: --part-size); memory grows with "
                         "the parts in flight, so the smaller file should hold several, and workers share parts")
+    parser.add_argument("--deterministic-lines", type=int, default=3000,
+                        help="lines labelled with and without --deterministic (default: 3,000)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of predict, of the passes alone, of bench throughput and of predict without length "
                         "grouping, in turn; their medians are compared (default: 3)")
@@ -235,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             results["length_grouping_speedup"] = round(
                 results["predict"]["texts_per_s"] / results["no_length_grouping"]["texts_per_s"], 3)
 
-        many = write_lines(scratch / "many.jsonl", texts, args.rss_lines) if parts - {"throughput"} else None
+        many = write_lines(scratch / "many.jsonl", texts, args.rss_lines) if parts & {"rss", "workers", "ray"} else None
         if "rss" in parts:
             few = write_lines(scratch / "few.jsonl", texts, args.rss_lines // 10)
             results["rss"] = {"lines": [args.rss_lines // 10, args.rss_lines], "part_size": args.rss_part_size,
@@ -265,12 +271,21 @@ def main(argv: list[str] | None = None) -> int:
                 results["ray"]["over_workers_2"] = round(results["ray"]["2"]["texts_per_s_with_start_up"]
                                                          / results["workers"]["2"]["texts_per_s_with_start_up"], 3)
 
+        if "deterministic" in parts:
+            few = write_lines(scratch / "deterministic.jsonl", texts, args.deterministic_lines)
+            seeded = predict(model, few, scratch / "seeded.out.jsonl", workers=1, threads=cpus)
+            alone = predict(model, few, scratch / "deterministic.out.jsonl", workers=1, threads=cpus,
+                            deterministic=True)
+            results["deterministic"] = {"lines": args.deterministic_lines, "seeded": seeded, "deterministic": alone,
+                                        "slowdown": round(seeded["texts_per_s"] / alone["texts_per_s"], 2)}
+
     report = {"environment": environment(), "load_average_before_after": [load_before[0], os.getloadavg()[0]],
               "command": " ".join(["python3", "benchmarks/predict_throughput.py", *(argv or sys.argv[1:])]),
               "settings": {"model": str(args.model) if args.model else f"random MUX-BERT, tiny preset, {args.layers} "
                            "layers, N=2, 2 labels", "texts": "built-in sentiment train texts, repeated",
                            "lines": args.lines, "rss_lines": args.rss_lines, "part_size": args.part_size,
                            "rss_part_size": args.rss_part_size, "repeats": args.repeats,
+                           "deterministic_lines": args.deterministic_lines,
                            "cpus": cpus, "parts": sorted(parts)},
               "results": results}
     output = args.output or RESULTS / f"throughput{'-small' if args.small else ''}.json"
