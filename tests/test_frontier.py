@@ -320,6 +320,18 @@ def test_a_killed_run_resumes_without_training_again_and_ends_with_the_same_tabl
         frontier_run.run_frontier(tiny / "plain", out, **{**settings, "min_retention": 0.9})
 
 
+def _scored_untrained(candidate, folder: Path, *, accuracy: float, metric: str = "accuracy",
+                      finetune_seconds: float = 0.0) -> dict:
+    """A candidate's result as ``FrontierRun.build`` returns it, without building anything."""
+    score = dict(runtime="torch", quantize="none", metric=metric, accuracy=accuracy, accuracy_std=0.0,
+                 accuracy_spread=0.0, churn=0.0, seeds=1, examples=12)
+    return dict(name=candidate.name, kind=candidate.kind, num_layers=candidate.num_layers,
+                num_instances=candidate.num_instances, num_unmuxed_layers=0, train_examples=candidate.train_examples,
+                finetune_steps=1, priming_steps=candidate.priming_steps, commands=[],
+                checkpoint=str(folder / candidate.name), estimate=candidate.estimate,
+                seconds=dict(priming=0.0, finetune=finetune_seconds, evaluation=0.0), scores={"fp32": score})
+
+
 def test_a_plain_model_that_learned_nothing_stops_the_run_before_the_rest_is_built(tiny, monkeypatch):
     from muxplm.frontier import run as frontier_run
 
@@ -327,16 +339,41 @@ def test_a_plain_model_that_learned_nothing_stops_the_run_before_the_rest_is_bui
 
     def build(self, candidate):  # every candidate scored without training; the plain model at 0
         built.append(candidate.name)
-        return dict(name=candidate.name, kind=candidate.kind, num_layers=candidate.num_layers,
-                    checkpoint=str(tiny / "nothing" / candidate.name), estimate=candidate.estimate,
-                    seconds=dict(priming=0.0, finetune=0.0, evaluation=0.0),
-                    scores={"fp32": dict(accuracy=0.0 if candidate.kind == "plain" else 40.0, metric="matthews")})
+        return _scored_untrained(candidate, tiny / "nothing", accuracy=0.0 if candidate.kind == "plain" else 40.0,
+                                 metric="matthews")
 
     monkeypatch.setattr(frontier_run.FrontierRun, "build", build)
     with pytest.raises(ValueError, match=r"plain model scores 0\.0 \(matthews\).*nothing/plain"):
         frontier_run.run_frontier(tiny / "plain", tiny / "nothing", train_file=tiny / "train.csv",
                                   validation_file=tiny / "dev.csv", budget="1s", int8=(), **FAST_API)
     assert "plain" in built and "n2" not in built  # the conversion, the dearest, is never started
+
+
+def test_an_optional_candidate_is_dropped_when_what_was_measured_leaves_no_room(tiny, monkeypatch):
+    """Planned within the budget, but the first candidates take far longer than estimated: the
+    optional conversion of the best cut is skipped (and says why), the required ones are built."""
+    from muxplm.frontier import run as frontier_run
+
+    built = []
+
+    class Timed(Exception):
+        """The run has reached the timing, after every candidate was built or skipped."""
+
+    def build(self, candidate):  # each candidate scored without training, having taken a day
+        built.append(candidate.name)
+        return _scored_untrained(candidate, tiny / "slow", accuracy=60.0, finetune_seconds=86400.0)
+
+    monkeypatch.setattr(frontier_run.FrontierRun, "build", build)
+    monkeypatch.setattr(frontier_run, "time_rows", lambda *args: (_ for _ in ()).throw(Timed()))
+    with pytest.raises(Timed):
+        frontier_run.run_frontier(tiny / "plain", tiny / "slow", train_file=tiny / "train.csv",
+                                  validation_file=tiny / "dev.csv", budget="1h", cuts=[1], instances=[2], int8=(),
+                                  **FAST_API)
+    planned = json.loads((tiny / "slow" / "plan.json").read_text())["plan"]["candidates"]
+    assert "cut-n2" in [c["name"] for c in planned]  # it fitted the plan
+    assert sorted(built) == ["cut1", "n2", "plain"]
+    skipped = json.loads((tiny / "slow" / "skipped.json").read_text())
+    assert list(skipped) == ["cut-n2"] and "over the budget as measured" in skipped["cut-n2"]["reason"]
 
 
 def test_inference_passes_are_timed_where_models_are_scored(tiny, monkeypatch):
