@@ -691,7 +691,6 @@ def run_frontier(
     and ``conversion_overrides`` are :class:`~muxplm.training.TrainConfig` settings over the
     frontier's rule (every candidate alike). Returns the report written to ``frontier.json``.
     A second call with the same ``output_dir`` and settings goes on where the first stopped."""
-    import torch
     from transformers import AutoConfig
 
     from ..checkpoints import local_folder
@@ -734,7 +733,7 @@ def run_frontier(
     run = FrontierRun(plain_dir=plain_dir, output_dir=Path(output_dir), data_settings=data_settings,
                       max_eval_examples=max_eval_examples, min_retention=min_retention, seeds=seeds,
                       int8=int8_runtimes(int8, device, log), device=device,
-                      train_device="cuda" if torch.cuda.is_available() else "cpu",
+                      train_device=default_device(),
                       finetune_overrides=dict(finetune_overrides or {}),
                       conversion_overrides=dict(conversion_overrides or {}), progress=progress, log=log,
                       num_layers=plain.num_hidden_layers)

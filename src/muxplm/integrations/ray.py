@@ -178,9 +178,9 @@ def predict_with_ray(model, inputs, output: str, *, columns: Columns = Columns()
         model = os.path.abspath(model)  # as the actors will find it
     # No --device: the actors' GPUs when the cluster has any (the driver may have none) and the
     # runtime can use them; ONNX Runtime and int8 run on CPUs.
-    on_gpus_if_any = loading.get("device") is None
-    if on_gpus_if_any and (loading.get("backend", "torch") != "torch" or (loading.get("quantize") or "none") != "none"):
-        loading["device"], on_gpus_if_any = "cpu", False
+    if loading.get("device") is None and (loading.get("backend", "torch") != "torch"
+                                          or (loading.get("quantize") or "none") != "none"):
+        loading["device"] = "cpu"
     if loading.get("backend") == "onnx":
         from ..serving.predictor import load_predictor
 
@@ -196,7 +196,7 @@ def predict_with_ray(model, inputs, output: str, *, columns: Columns = Columns()
     try:
         context = ray.data.DataContext.get_current()
         context.execution_options.preserve_order = True  # output rows in input order
-        if on_gpus_if_any:
+        if loading.get("device") is None:
             loading["device"] = "cuda" if ray.cluster_resources().get("GPU", 0) > 0 else "cpu"
         gpus = 1 if str(loading.get("device", "cpu")).startswith("cuda") else None
         cpus = threads or 1
